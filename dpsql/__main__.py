@@ -1,0 +1,5 @@
+"""``python -m dpsql`` runs the CLI."""
+
+from dpsql.cli import main
+
+main()

@@ -1,0 +1,253 @@
+"""Administration commands: init, policy, budget, audit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
+from dpsql.cli.output import emit_json, heading, table
+from dpsql.errors import ConfigurationError
+from dpsql.ledger import Budget
+from dpsql.policy import Policy
+from dpsql.session import connect, init
+from dpsql.store import Store
+
+
+def _imports(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise ConfigurationError(f"--import takes TABLE=FILE, got {value!r}")
+        out[name] = path
+    return out
+
+
+@cli.command("init")
+@click.argument("db", type=click.Path(dir_okay=False))
+@click.option("--policy", "policy_path", required=True, type=click.Path(exists=True,
+              dir_okay=False), help="The policy YAML to apply first.")
+@click.option("--import", "imports", multiple=True, metavar="TABLE=FILE",
+              help="Import a CSV or Parquet file as a sensitive table (repeatable).")
+@click.option("--na", default=None, metavar="STR", help="Read this string as NULL (e.g. N).")
+@click.option("--keep-names", is_flag=True,
+              help="Keep column names as in the file (default: lower-case identifiers).")
+@json_option
+def init_cmd(db: str, policy_path: str, imports: tuple[str, ...], na: str | None,
+             keep_names: bool, as_json: bool) -> None:
+    """Create the store DB, import sensitive tables and apply the first policy.
+
+    \b
+    Example:
+      dpsql init adult.duckdb --policy policies/adult.yaml \\
+          --import adult=adult.csv
+    """
+    policy = Policy.load(policy_path)
+    store, notes = init(db, policy, _imports(imports), na=na, normalize=not keep_names)
+    tables = store.tables()
+    store.close()
+    if as_json:
+        emit_json({"store": db, "policy": policy.fingerprint, "tables": tables, "notes": notes})
+        return
+    click.echo(f"created {db} with tables {', '.join(tables) or '(none)'}; "
+               f"policy {policy.fingerprint} applied")
+    for note in notes:
+        click.echo(f"  note: {note}")
+
+
+@cli.group()
+def policy() -> None:
+    """Check, apply and show policies."""
+
+
+@policy.command("check")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--db", envvar="DPSQL_DB", default=None, type=click.Path(dir_okay=False),
+              help="Also check the policy against this store's tables.")
+@json_option
+def policy_check(path: str, db: str | None, as_json: bool) -> None:
+    """Validate the policy file PATH (and, with --db, against the store's tables)."""
+    pol = Policy.load(path)
+    notes: list[str] = []
+    if db:
+        with Store.open(db) as store:
+            notes = store.check_policy(pol)
+    summary = _policy_summary(pol)
+    if as_json:
+        emit_json({"valid": True, "fingerprint": pol.fingerprint, "notes": notes, **summary})
+        return
+    click.echo(f"{path}: valid (fingerprint {pol.fingerprint}, accounting {pol.accounting})")
+    for ds in summary["datasets"]:
+        click.echo(f"  dataset {ds['name']}: table {ds['table']}, budget {ds['budget']}, "
+                   f"{ds['columns']} columns ({ds['hidden']} hidden)")
+    for note in notes:
+        click.echo(f"  note: {note}")
+
+
+def _policy_summary(pol: Policy) -> dict[str, Any]:
+    return {
+        "accounting": pol.accounting,
+        "datasets": [
+            {"name": d.name, "table": d.table, "budget": d.budget.describe(pol.delta),
+             "columns": len(d.columns), "hidden": sum(c.hidden for c in d.columns.values())}
+            for d in pol.datasets.values()
+        ],
+        "users": {u.name: u.role for u in pol.users.values()},
+    }
+
+
+@policy.command("apply")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@db_option
+@as_option
+@click.option("--yes", "-y", is_flag=True, help="Apply without asking for confirmation.")
+@json_option
+def policy_apply(path: str, db: str, actor: str | None, yes: bool, as_json: bool) -> None:
+    """Make the policy at PATH the store's active policy (shows and records the changes)."""
+    new = Policy.load(path)
+    with connect(db, default_actor(actor, db)) as session:
+        session.require_admin("change the policy")
+        old = session.policy
+        changes = old.diff(new)
+        if not changes:
+            if as_json:
+                emit_json({"applied": False, "changes": []})
+            else:
+                click.echo("no changes: the store already enforces this policy")
+            return
+        if not as_json:
+            click.echo(heading(f"changes from {old.fingerprint} to {new.fingerprint}:"))
+            for line in changes:
+                click.echo(f"  {line}")
+            if not yes:
+                click.confirm("apply these changes?", abort=True)
+        session.apply_policy(new)
+    if as_json:
+        emit_json({"applied": True, "fingerprint": new.fingerprint, "changes": changes})
+    else:
+        click.echo(f"applied {new.fingerprint}")
+
+
+@policy.command("show")
+@db_option
+@json_option
+def policy_show(db: str, as_json: bool) -> None:
+    """Show the active policy and the history of applied versions."""
+    with Store.open(db) as store:
+        pol = store.active_policy()
+        history = store.policy_history()
+    if as_json:
+        emit_json({"active": pol.fingerprint, **_policy_summary(pol), "history": history})
+        return
+    click.echo(pol.text.rstrip())
+    click.echo()
+    click.echo(heading("history"))
+    click.echo(table([[h["version"], h["fingerprint"], h["applied_by"], h["applied_at"],
+                       (h["changes"] or "").replace("\n", "; ")[:60]] for h in history],
+                     ["version", "fingerprint", "by", "at", "changes"], right=[0]))
+
+
+@cli.group()
+def budget() -> None:
+    """Show and grant privacy budgets."""
+
+
+def _budget_rows(rows: list[Budget], delta: float | None) -> list[list[Any]]:
+    def show(c: Any) -> str:
+        return c.describe(delta) if delta is None or c.kind == "pure" else (
+            f"{c.epsilon(delta):.4g}" if not c.infinite else "inf")
+
+    return [[b.user, b.dataset, show(b.granted), show(b.spent), show(b.remaining),
+             b.remaining.describe(budget=True) if b.remaining.kind == "zcdp" else ""] for b in rows]
+
+
+def _print_budgets(rows: list[Budget], delta: float | None) -> None:
+    if not rows:
+        click.echo("no budgets")
+        return
+    unit = "epsilon" if delta is None else f"epsilon at delta={delta:g}"
+    click.echo(table(_budget_rows(rows, delta),
+                     ["user", "dataset", "granted", "spent", "remaining", "remaining (rho)"],
+                     right=[2, 3, 4]))
+    click.echo(f"({unit})")
+
+
+@budget.command("show")
+@db_option
+@click.option("--user", default=None, help="Only this user (default: everyone you may see).")
+@as_option
+@json_option
+def budget_show(db: str, user: str | None, actor: str | None, as_json: bool) -> None:
+    """Show granted, spent and remaining budget per user and dataset."""
+    with connect(db, default_actor(actor, db)) as session:
+        rows = session.budget(user)
+        delta = session.policy.delta
+    if as_json:
+        emit_json([b.as_dict(delta) for b in rows])
+        return
+    _print_budgets(rows, delta)
+
+
+@budget.command("grant")
+@click.argument("user")
+@click.argument("dataset")
+@click.option("--epsilon", type=str, default=None, help="Amount to add, as epsilon.")
+@click.option("--delta", type=str, default=None,
+              help="Delta for the epsilon (zcdp policies; default: the policy's).")
+@click.option("--rho", type=str, default=None, help="Amount to add, as zCDP rho.")
+@db_option
+@as_option
+@json_option
+def budget_grant(user: str, dataset: str, epsilon: str | None, delta: str | None,
+                 rho: str | None, db: str, actor: str | None, as_json: bool) -> None:
+    """Top up USER's budget on DATASET (administrators only; audited)."""
+    with connect(db, default_actor(actor, db)) as session:
+        standing = session.grant(user, dataset, epsilon=epsilon, delta=delta, rho=rho)
+        policy_delta = session.policy.delta
+    if as_json:
+        emit_json(standing.as_dict(policy_delta))
+        return
+    click.echo(f"granted; {user} on {dataset} now has "
+               f"{standing.remaining.describe(policy_delta, budget=True)} left")
+
+
+@cli.command("audit")
+@db_option
+@click.option("--user", default=None, help="Only requests by this user.")
+@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N entries.")
+@as_option
+@json_option
+def audit_cmd(db: str, user: str | None, last: int | None, actor: str | None,
+              as_json: bool) -> None:
+    """Show the audit log: every request, its cost and outcome."""
+    with connect(db, default_actor(actor, db)) as session:
+        rows = session.audit(user, last)
+        delta = session.policy.delta
+    if as_json:
+        emit_json([{**r, "cost": r["cost"].as_dict(delta) if r["cost"] else None} for r in rows])
+        return
+    if not rows:
+        click.echo("no audit entries")
+        return
+    click.echo(table(
+        [[r["id"], r["at"], r["user"], r["dataset"] or "", r["action"], r["outcome"],
+          r["cost"].describe() if r["cost"] else "",
+          _short((r["reason"] or r["statement"] or ""), 70)] for r in rows],
+        ["id", "at", "user", "dataset", "action", "outcome", "cost", "statement / reason"],
+        right=[0],
+    ))
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def demo_policy_path() -> Path:
+    """Where the bundled demo policy lives."""
+    from importlib import resources
+
+    return Path(str(resources.files("dpsql").joinpath("data/adult.yaml")))

@@ -1,0 +1,230 @@
+"""The budget ledger and the audit log, kept as tables in the store.
+
+A charge is compare-and-debit under the store's write lock and inside one
+DuckDB transaction, committed before the caller computes anything private:
+a crash afterwards loses budget, never privacy. There are no refunds. A
+refusal leaves the ledger unchanged and adds one audit row saying why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from dpsql.errors import AccessDenied, BudgetExceeded
+from dpsql.policy import Policy
+from dpsql.privacy import PrivacyCost
+from dpsql.store import Store, now
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One user's standing on one dataset, and the dataset's own total."""
+
+    user: str
+    dataset: str
+    granted: PrivacyCost
+    spent: PrivacyCost
+    dataset_total: PrivacyCost
+    dataset_spent: PrivacyCost
+
+    @property
+    def remaining(self) -> PrivacyCost:
+        """What this user may still spend: the lesser of their allowance and the dataset's."""
+        mine = self.granted - self.spent
+        theirs = self.dataset_total - self.dataset_spent
+        return mine if mine <= theirs else theirs
+
+    def as_dict(self, delta: float | None = None) -> dict[str, Any]:
+        return {
+            "user": self.user,
+            "dataset": self.dataset,
+            "granted": self.granted.as_dict(delta),
+            "spent": self.spent.as_dict(delta),
+            "remaining": self.remaining.as_dict(delta),
+            "dataset_total": self.dataset_total.as_dict(delta),
+            "dataset_spent": self.dataset_spent.as_dict(delta),
+        }
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A committed debit: its id (also the audit id) and what it cost."""
+
+    id: int
+    cost: PrivacyCost
+    remaining: PrivacyCost
+
+
+def _sum(cur: duckdb.DuckDBPyConnection, kind: str, sql: str, params: list[Any]) -> PrivacyCost:
+    row = cur.execute(
+        f"SELECT coalesce(sum(units), 0), coalesce(bool_or(infinite), false) FROM {sql}", params
+    ).fetchone()
+    assert row is not None
+    if row[1]:
+        return PrivacyCost.unbounded(kind)  # type: ignore[arg-type]
+    return PrivacyCost(kind, int(row[0]))  # type: ignore[arg-type]
+
+
+class Ledger:
+    """Charges, grants and audit rows for one store under its active policy."""
+
+    def __init__(self, store: Store, policy: Policy) -> None:
+        self.store = store
+        self.policy = policy
+
+    # -- reading ------------------------------------------------------------------------
+    def budget(self, user: str, dataset: str,
+               cur: duckdb.DuckDBPyConnection | None = None) -> Budget:
+        """The current standing of ``user`` on ``dataset``."""
+        cur = cur or self.store.cursor()
+        policy = self.policy
+        ds = policy.dataset(dataset)
+        kind = policy.accounting
+        base = policy.user(user).budgets.get(dataset, PrivacyCost.zero(kind))
+        granted = base + self._granted(cur, user, dataset)
+        spent = _sum(cur, kind, "dpsql.charges WHERE user_name = ? AND dataset = ? AND kind = ?",
+                     [user, dataset, kind])
+        total_spent = _sum(cur, kind, "dpsql.charges WHERE dataset = ? AND kind = ?",
+                           [dataset, kind])
+        return Budget(user, dataset, granted, spent, ds.budget, total_spent)
+
+    def _granted(self, cur: duckdb.DuckDBPyConnection, user: str, dataset: str) -> PrivacyCost:
+        return _sum(cur, self.policy.accounting,
+                    "dpsql.grants WHERE user_name = ? AND dataset = ? AND kind = ?",
+                    [user, dataset, self.policy.accounting])
+
+    def budgets(self, user: str | None = None) -> list[Budget]:
+        """Standing of ``user`` (or every user) on every dataset they have a budget for."""
+        users = [self.policy.user(user)] if user else list(self.policy.users.values())
+        out = []
+        cur = self.store.cursor()
+        for u in users:
+            for ds in self.policy.datasets:
+                standing = self.budget(u.name, ds, cur)
+                if u.budgets.get(ds) or not standing.granted.is_zero:
+                    out.append(standing)
+        return out
+
+    # -- writing ------------------------------------------------------------------------
+    def charge(self, user: str, dataset: str, cost: PrivacyCost, statement: str,
+               action: str = "query") -> Charge:
+        """Debit ``cost`` and commit, or raise BudgetExceeded and audit the refusal.
+
+        Must be called before any private value is computed.
+        """
+        policy = self.policy
+        cost = cost.to(policy.accounting)
+        ds = policy.dataset(dataset)
+        with self.store.lock:
+            cur = self.store.cursor()
+            try:
+                cur.execute("BEGIN TRANSACTION")
+                standing = self.budget(user, dataset, cur)
+                reason = self._refusal(standing, cost, ds.query_cap if action == "query" else None)
+                audit_id = self.store.next_id(cur)
+                outcome = "refused" if reason else "charged"
+                self._audit(cur, audit_id, user, dataset, action, statement, cost, outcome,
+                            reason)
+                if not reason:
+                    cur.execute(
+                        "INSERT INTO dpsql.charges VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [audit_id, now(), user, dataset, cost.kind, cost.units, cost.infinite,
+                         policy.fingerprint, audit_id],
+                    )
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+            finally:
+                cur.close()
+        if reason:
+            raise BudgetExceeded(reason)
+        remaining = Budget(user, dataset, standing.granted, standing.spent + cost,
+                           standing.dataset_total, standing.dataset_spent + cost).remaining
+        return Charge(audit_id, cost, remaining)
+
+    def _refusal(self, standing: Budget, cost: PrivacyCost, cap: PrivacyCost | None) -> str | None:
+        delta = self.policy.delta
+        admins = sorted(u.name for u in self.policy.users.values() if u.role == "admin")
+        ask = (f"ask an administrator ({', '.join(admins)}) to run: dpsql budget grant "
+               f"{standing.user} {standing.dataset} --epsilon X")
+        if cap is not None and cost > cap:
+            return (f"a query on {standing.dataset} may cost at most {cap.describe(delta)}; "
+                    f"requested {cost.describe(delta)}: lower epsilon")
+        mine = standing.granted - standing.spent
+        if cost > mine:
+            return (f"requested {cost.describe(delta)} on {standing.dataset}, but "
+                    f"{standing.user} has {mine.describe(delta, budget=True)} left; {ask}")
+        left = standing.dataset_total - standing.dataset_spent
+        if cost > left:
+            return (f"requested {cost.describe(delta)} on {standing.dataset}, but the dataset's "
+                    f"total budget has {left.describe(delta, budget=True)} left; an administrator can raise "
+                    "it in the policy (dpsql policy apply)")
+        return None
+
+    def record(self, user: str, dataset: str | None, statement: str, outcome: str,
+               reason: str | None = None, cost: PrivacyCost | None = None,
+               action: str = "query") -> int:
+        """Add one audit row (answered, refused, rejected, cached, ...); returns its id."""
+        with self.store.transaction() as cur:
+            audit_id = self.store.next_id(cur)
+            self._audit(cur, audit_id, user, dataset, action, statement, cost, outcome, reason)
+        return audit_id
+
+    def finish(self, audit_id: int, outcome: str, reason: str | None = None) -> None:
+        """Set the outcome of a charged request once it is answered or has failed."""
+        with self.store.transaction() as cur:
+            cur.execute("UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
+                        "WHERE id = ?", [outcome, reason, audit_id])
+
+    def _audit(self, cur: duckdb.DuckDBPyConnection, audit_id: int, user: str,
+               dataset: str | None, action: str, statement: str, cost: PrivacyCost | None,
+               outcome: str, reason: str | None) -> None:
+        cur.execute(
+            "INSERT INTO dpsql.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [audit_id, now(), user, dataset, action, statement[:10_000],
+             cost.kind if cost else None, cost.units if cost else None,
+             cost.infinite if cost else None, outcome, reason, self.policy.fingerprint],
+        )
+
+    def grant(self, admin: str, user: str, dataset: str, amount: PrivacyCost) -> Budget:
+        """Top up ``user`` on ``dataset`` by ``amount`` (admins only); audited."""
+        if self.policy.user(admin).role != "admin":
+            raise AccessDenied(f"{admin} is an analyst; only an administrator can grant budget")
+        self.policy.user(user)
+        self.policy.dataset(dataset)
+        amount = amount.to(self.policy.accounting)
+        with self.store.lock, self.store.transaction() as cur:
+            event = self.store.next_id(cur)
+            cur.execute("INSERT INTO dpsql.grants VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [event, now(), user, dataset, amount.kind, amount.units, amount.infinite,
+                         admin, self.policy.fingerprint])
+            self._audit(cur, self.store.next_id(cur), admin, dataset, "grant",
+                        f"grant {user} {dataset} {amount.describe(self.policy.delta)}", amount,
+                        "granted", None)
+        return self.budget(user, dataset)
+
+    def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
+        """Audit rows, newest last, optionally for one user and the last ``last`` only."""
+        sql = ("SELECT id, ts, user_name, dataset, action, statement, kind, units, infinite, "
+               "outcome, reason, fingerprint FROM dpsql.audit")
+        params: list[Any] = []
+        if user:
+            sql += " WHERE user_name = ?"
+            params.append(user)
+        sql += " ORDER BY id DESC"
+        if last:
+            sql += f" LIMIT {int(last)}"
+        rows = self.store.cursor().execute(sql, params).fetchall()
+        keys = ("id", "at", "user", "dataset", "action", "statement", "kind", "units",
+                "infinite", "outcome", "reason", "fingerprint")
+        out = []
+        for row in reversed(rows):
+            entry = dict(zip(keys, row))
+            kind, units, infinite = entry.pop("kind"), entry.pop("units"), entry.pop("infinite")
+            entry["cost"] = PrivacyCost(kind, int(units), bool(infinite)) if kind else None
+            out.append(entry)
+        return out

@@ -1,0 +1,509 @@
+"""Units of privacy loss, composition, conversions and calibration.
+
+Costs are exact: a :class:`PrivacyCost` holds an integer number of quanta of
+``1e-18`` epsilon (pure DP) or rho (zCDP). Anything computed in floating point
+is rounded against the analyst: a charge rounds up, a budget or the remaining
+allowance rounds down. User-typed decimals are read as the decimal they show
+(``0.1`` is one tenth), so ten charges of 0.1 spend a budget of 1.0 exactly.
+
+Every mechanism below knows its sensitivity and its cost, and ``check`` answers
+"if neighbours differ by ``d_in``, is the loss at most ``d_out``?" (OpenDP's
+privacy maps), so tests can pin the boundary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from fractions import Fraction
+from typing import Literal, Union
+
+from scipy import special
+
+from dpsql.errors import ConfigurationError
+
+Kind = Literal["pure", "zcdp"]
+Number = Union[int, float, str, Fraction, Decimal]
+
+QUANTUM = Fraction(1, 10**18)
+_PER_UNIT = 10**18
+
+
+def to_fraction(value: Number, what: str = "value") -> Fraction:
+    """Read a user-typed number exactly; floats as the shortest decimal that prints them."""
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{what} must be a number, not a boolean")
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise ConfigurationError(f"{what} must be finite, got {value}")
+        return Fraction(repr(value))
+    try:
+        result = Fraction(value)
+    except (ValueError, TypeError, ZeroDivisionError) as err:
+        raise ConfigurationError(f"{what} must be a number, got {value!r}") from err
+    return result
+
+
+def _is_infinite(value: Number) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"inf", "+inf", "infinity", ".inf"}
+    return isinstance(value, float) and math.isinf(value) and value > 0
+
+
+def check_delta(delta: Number) -> Fraction:
+    """Validate a delta: a number in [0, 1)."""
+    if isinstance(delta, float) and math.isnan(delta):
+        raise ConfigurationError("delta must be a number in [0, 1), got nan")
+    value = to_fraction(delta, "delta")
+    if not 0 <= value < 1:
+        raise ConfigurationError(f"delta must be in [0, 1), got {delta}; a typical value is 1e-6")
+    return value
+
+
+@dataclass(frozen=True, order=False)
+class PrivacyCost:
+    """An exact amount of privacy loss: epsilon (``pure``) or rho (``zcdp``).
+
+    ``units`` counts quanta of 1e-18; ``infinite`` marks the unbounded budget
+    that exactness tests and explicit policies may use.
+    """
+
+    kind: Kind
+    units: int
+    infinite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("pure", "zcdp"):
+            raise ConfigurationError(f"privacy kind must be 'pure' or 'zcdp', got {self.kind!r}")
+        if self.units < 0:
+            raise ConfigurationError("a privacy cost cannot be negative")
+
+    # -- construction ---------------------------------------------------------
+    @classmethod
+    def pure(cls, epsilon: Number) -> PrivacyCost:
+        """A pure-DP cost of ``epsilon`` (rounded up to the quantum)."""
+        return cls._make("pure", epsilon, "epsilon")
+
+    @classmethod
+    def zcdp(cls, rho: Number) -> PrivacyCost:
+        """A zCDP cost of ``rho`` (rounded up to the quantum)."""
+        return cls._make("zcdp", rho, "rho")
+
+    @classmethod
+    def zero(cls, kind: Kind) -> PrivacyCost:
+        """No privacy loss (a cached answer, a post-processing step)."""
+        return cls(kind, 0)
+
+    @classmethod
+    def unbounded(cls, kind: Kind) -> PrivacyCost:
+        """The infinite budget: mechanisms calibrated to it add no noise."""
+        return cls(kind, 0, infinite=True)
+
+    @classmethod
+    def from_fraction(cls, kind: Kind, value: Fraction, *, round_up: bool = True) -> PrivacyCost:
+        """Quantize an exact value; charges round up, budgets round down."""
+        scaled = value * _PER_UNIT
+        units = math.ceil(scaled) if round_up else math.floor(scaled)
+        return cls(kind, units)
+
+    @classmethod
+    def _make(cls, kind: Kind, value: Number, what: str) -> PrivacyCost:
+        if _is_infinite(value):
+            return cls.unbounded(kind)
+        if isinstance(value, float) and math.isnan(value):
+            raise ConfigurationError(f"{what} must be a positive number, got nan")
+        exact = to_fraction(value, what)
+        if exact < 0:
+            raise ConfigurationError(f"{what} must be positive, got {value}")
+        return cls.from_fraction(kind, exact)
+
+    # -- values ---------------------------------------------------------------
+    @property
+    def value(self) -> Fraction:
+        """Epsilon (pure) or rho (zcdp) as an exact fraction; infinite costs raise."""
+        if self.infinite:
+            raise ConfigurationError("an infinite budget has no finite value")
+        return Fraction(self.units, _PER_UNIT)
+
+    def __float__(self) -> float:
+        return math.inf if self.infinite else float(self.value)
+
+    @property
+    def is_zero(self) -> bool:
+        return not self.infinite and self.units == 0
+
+    # -- composition ----------------------------------------------------------
+    def _same_kind(self, other: PrivacyCost) -> None:
+        if not isinstance(other, PrivacyCost):
+            raise TypeError(f"cannot combine a PrivacyCost with {type(other).__name__}")
+        if other.kind != self.kind:
+            raise ConfigurationError(
+                f"cannot combine a {self.kind} cost with a {other.kind} cost; "
+                "convert with to_zcdp() first"
+            )
+
+    def __add__(self, other: PrivacyCost) -> PrivacyCost:
+        """Sequential composition: epsilons (pure) or rhos (zCDP) add up."""
+        self._same_kind(other)
+        if self.infinite or other.infinite:
+            return PrivacyCost.unbounded(self.kind)
+        return PrivacyCost(self.kind, self.units + other.units)
+
+    def __sub__(self, other: PrivacyCost) -> PrivacyCost:
+        """What is left of a budget after ``other`` (never below zero)."""
+        self._same_kind(other)
+        if self.infinite:
+            return self
+        if other.infinite:
+            return PrivacyCost.zero(self.kind)
+        return PrivacyCost(self.kind, max(0, self.units - other.units))
+
+    def _key(self, other: PrivacyCost) -> tuple[tuple[bool, int], tuple[bool, int]]:
+        self._same_kind(other)
+        return (self.infinite, self.units), (other.infinite, other.units)
+
+    def __le__(self, other: PrivacyCost) -> bool:
+        a, b = self._key(other)
+        return a <= b
+
+    def __lt__(self, other: PrivacyCost) -> bool:
+        a, b = self._key(other)
+        return a < b
+
+    def __ge__(self, other: PrivacyCost) -> bool:
+        a, b = self._key(other)
+        return a >= b
+
+    def __gt__(self, other: PrivacyCost) -> bool:
+        a, b = self._key(other)
+        return a > b
+
+    def times(self, factor: Number) -> PrivacyCost:
+        """``factor`` compositions of this cost (rounded up)."""
+        exact = to_fraction(factor, "factor")
+        if self.infinite:
+            return self
+        return PrivacyCost.from_fraction(self.kind, self.value * exact)
+
+    def split(self, shares: list[Number] | tuple[Number, ...]) -> list[PrivacyCost]:
+        """Divide into parts proportional to ``shares``; parts round down so they sum <= self."""
+        exact = [to_fraction(s, "share") for s in shares]
+        if not exact or any(s <= 0 for s in exact):
+            raise ConfigurationError("budget shares must be positive numbers")
+        total = sum(exact)
+        if self.infinite:
+            return [self for _ in exact]
+        return [
+            PrivacyCost.from_fraction(self.kind, self.value * s / total, round_up=False)
+            for s in exact
+        ]
+
+    # -- conversions ----------------------------------------------------------
+    def to_zcdp(self) -> PrivacyCost:
+        """Pure epsilon-DP implies (epsilon^2/2)-zCDP (Bun & Steinke 2016, Prop. 1.4)."""
+        if self.kind == "zcdp":
+            return self
+        if self.infinite:
+            return PrivacyCost.unbounded("zcdp")
+        return PrivacyCost.from_fraction("zcdp", self.value**2 / 2)
+
+    def to(self, kind: Kind) -> PrivacyCost:
+        """This cost in the accounting ``kind`` of a policy (zCDP cannot become pure)."""
+        if kind == self.kind:
+            return self
+        if kind == "zcdp":
+            return self.to_zcdp()
+        raise ConfigurationError(
+            "a zCDP cost cannot be charged to a pure-DP budget; "
+            "use a policy with accounting: zcdp for Gaussian mechanisms"
+        )
+
+    def epsilon(self, delta: Number = 0) -> float:
+        """Epsilon for display: the value itself (pure) or the zCDP bound at ``delta``."""
+        if self.infinite:
+            return math.inf
+        if self.kind == "pure":
+            return float(self.value)
+        return epsilon_from_rho(self.value, delta)
+
+    def describe(self, delta: Number | None = None, *, budget: bool = False) -> str:
+        """Human form with both units, e.g. ``rho=0.005 (epsilon=0.42 at delta=1e-06)``.
+
+        Six significant digits, rounded up for a cost and down for a ``budget``.
+        """
+        if self.infinite:
+            return "epsilon=inf" if self.kind == "pure" else "rho=inf"
+        if self.kind == "pure":
+            return f"epsilon={_short(self.value, up=not budget)}"
+        text = f"rho={_short(self.value, up=not budget)}"
+        if delta:
+            eps = Fraction(self.epsilon(delta))
+            text += f" (epsilon={_short(eps, up=not budget, digits=4)} at delta={float(delta):g})"
+        return text
+
+    def as_dict(self, delta: Number | None = None) -> dict[str, object]:
+        """JSON-able form with both units where they apply."""
+        out: dict[str, object] = {"kind": self.kind}
+        if self.infinite:
+            out["value"] = "inf"
+            return out
+        name = "epsilon" if self.kind == "pure" else "rho"
+        out[name] = _short(self.value, digits=0)
+        if self.kind == "zcdp" and delta:
+            out["epsilon"] = self.epsilon(delta)
+            out["delta"] = float(delta)
+        return out
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def _short(value: Fraction, *, up: bool = True, digits: int = 6) -> str:
+    """A decimal string of ``value`` to ``digits`` significant digits (0: exact quanta),
+    rounded up or down, without trailing zeros."""
+    exact = Decimal(value.numerator) / Decimal(value.denominator)
+    if digits and exact != 0:
+        quantum = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+        exact = exact.quantize(quantum, rounding=ROUND_CEILING if up else ROUND_FLOOR)
+    text = format(exact, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+# -- (epsilon, delta) <-> zCDP ------------------------------------------------
+
+
+def epsilon_from_rho(rho: Number, delta: Number) -> float:
+    """rho-zCDP implies (rho + 2 sqrt(rho ln(1/delta)), delta)-DP (Bun & Steinke 2016, Prop 1.3).
+
+    Rounded up (a display that never understates the loss).
+    """
+    r = float(to_fraction(rho, "rho"))
+    d = float(check_delta(delta))
+    if r == 0:
+        return 0.0
+    if d == 0:
+        return math.inf
+    return math.nextafter(r + 2 * math.sqrt(r * math.log(1 / d)), math.inf)
+
+
+def rho_from_epsilon_delta(epsilon: Number, delta: Number) -> PrivacyCost:
+    """The largest rho whose zCDP guarantee implies (epsilon, delta)-DP, rounded down.
+
+    Inverts ``epsilon_from_rho``: rho = (sqrt(L + epsilon) - sqrt(L))^2 with L = ln(1/delta).
+    """
+    if _is_infinite(epsilon):
+        return PrivacyCost.unbounded("zcdp")
+    eps = float(check_epsilon(epsilon))
+    d = float(check_delta(delta))
+    if d == 0:
+        raise ConfigurationError(
+            "a zCDP budget needs delta > 0 to be written as (epsilon, delta); give rho instead"
+        )
+    log_term = math.log(1 / d)
+    rho = (math.sqrt(log_term + eps) - math.sqrt(log_term)) ** 2
+    cost = PrivacyCost.from_fraction("zcdp", Fraction(rho), round_up=False)
+    # Float error may leave rho a hair too large: step down until the bound holds.
+    while cost.units > 0 and epsilon_from_rho(cost.value, d) > eps:
+        cost = PrivacyCost("zcdp", cost.units - max(1, cost.units // 10**12))
+    return cost
+
+
+def check_epsilon(epsilon: Number) -> Fraction:
+    """Validate an epsilon: finite and > 0."""
+    if isinstance(epsilon, float) and (math.isnan(epsilon) or math.isinf(epsilon)):
+        raise ConfigurationError(f"epsilon must be a finite positive number, got {epsilon}")
+    value = to_fraction(epsilon, "epsilon")
+    if value <= 0:
+        raise ConfigurationError(f"epsilon must be > 0, got {epsilon}; try 0.1 to 1")
+    return value
+
+
+def budget_cost(
+    kind: Kind,
+    *,
+    epsilon: Number | None = None,
+    delta: Number | None = None,
+    rho: Number | None = None,
+) -> PrivacyCost:
+    """A cost in a policy's accounting from what a user typed (epsilon[/delta] or rho).
+
+    Under ``pure`` only epsilon is accepted. Under ``zcdp`` rho is native and
+    (epsilon, delta) converts to the largest rho that meets it.
+    """
+    if (epsilon is None) == (rho is None):
+        raise ConfigurationError("give exactly one of epsilon or rho")
+    if kind == "pure":
+        if rho is not None:
+            raise ConfigurationError("a pure-DP policy counts epsilon; rho needs accounting: zcdp")
+        if delta not in (None, 0):
+            raise ConfigurationError("a pure-DP policy has no delta; remove delta or use zcdp")
+        assert epsilon is not None
+        if _is_infinite(epsilon):
+            return PrivacyCost.unbounded("pure")
+        return PrivacyCost.pure(check_epsilon(epsilon))
+    if rho is not None:
+        if _is_infinite(rho):
+            return PrivacyCost.unbounded("zcdp")
+        if to_fraction(rho, "rho") <= 0:
+            raise ConfigurationError(f"rho must be > 0, got {rho}")
+        return PrivacyCost.zcdp(rho)
+    if delta is None:
+        raise ConfigurationError("under zCDP accounting an epsilon needs a delta (e.g. 1e-6)")
+    assert epsilon is not None
+    return rho_from_epsilon_delta(epsilon, delta)
+
+
+# -- mechanisms: sensitivity + scale -> cost ----------------------------------
+
+
+@dataclass(frozen=True)
+class LaplaceMechanism:
+    """Discrete Laplace noise of ``scale`` on an integer query of L1 ``sensitivity``.
+
+    Privacy: (sensitivity / scale)-DP under add/remove of one privacy unit;
+    charged to a zCDP budget as (sensitivity/scale)^2 / 2.
+    """
+
+    sensitivity: Fraction
+    scale: Fraction
+    name = "discrete_laplace"
+
+    @classmethod
+    def calibrate(cls, sensitivity: Number, cost: PrivacyCost) -> LaplaceMechanism:
+        """The smallest scale whose loss fits in ``cost`` (scale 0 for an infinite cost)."""
+        sens = _positive(sensitivity, "sensitivity")
+        if cost.infinite:
+            return cls(sens, Fraction(0))
+        if cost.is_zero:
+            raise ConfigurationError("cannot calibrate a mechanism to a zero budget")
+        if cost.kind == "pure":
+            return cls(sens, sens / cost.value)
+        # epsilon = sqrt(2 rho), rounded down so the scale rounds up.
+        eps = PrivacyCost.from_fraction("pure", Fraction(math.sqrt(2 * cost.value)), round_up=False)
+        while eps.value**2 / 2 > cost.value:
+            eps = PrivacyCost("pure", eps.units - 1)
+        return cls(sens, sens / eps.value)
+
+    def cost(self, kind: Kind = "pure") -> PrivacyCost:
+        """The loss of one run, in ``kind`` accounting."""
+        if self.scale == 0:
+            return PrivacyCost.unbounded(kind)
+        return PrivacyCost.from_fraction("pure", self.sensitivity / self.scale).to(kind)
+
+    def check(self, d_in: Number, d_out: PrivacyCost) -> bool:
+        """Whether neighbours at L1 distance ``d_in`` lose at most ``d_out``."""
+        if self.scale == 0:
+            return d_out.infinite
+        loss = to_fraction(d_in, "d_in") / self.scale
+        if d_out.infinite:
+            return True
+        if d_out.kind == "pure":
+            return loss <= d_out.value
+        return loss**2 / 2 <= d_out.value
+
+
+@dataclass(frozen=True)
+class GaussianMechanism:
+    """Discrete Gaussian noise of variance parameter ``sigma2`` on an L2-``sensitivity`` query.
+
+    Privacy: (sensitivity^2 / (2 sigma2))-zCDP under add/remove of one privacy
+    unit (Canonne, Kamath & Steinke 2020, Thm 4). Not pure DP.
+    """
+
+    sensitivity: Fraction
+    sigma2: Fraction
+    name = "discrete_gaussian"
+
+    @classmethod
+    def calibrate(cls, sensitivity: Number, cost: PrivacyCost) -> GaussianMechanism:
+        """The smallest sigma^2 whose zCDP loss fits in ``cost`` (exact: sigma^2 = Δ²/(2ρ))."""
+        sens = _positive(sensitivity, "sensitivity")
+        if cost.kind != "zcdp":
+            raise ConfigurationError(
+                "Gaussian noise is not pure DP; use a policy with accounting: zcdp"
+            )
+        if cost.infinite:
+            return cls(sens, Fraction(0))
+        if cost.is_zero:
+            raise ConfigurationError("cannot calibrate a mechanism to a zero budget")
+        return cls(sens, sens**2 / (2 * cost.value))
+
+    @property
+    def sigma(self) -> float:
+        return math.sqrt(self.sigma2)
+
+    def cost(self, kind: Kind = "zcdp") -> PrivacyCost:
+        """The zCDP loss of one run."""
+        if kind != "zcdp":
+            raise ConfigurationError("Gaussian noise cannot be charged to a pure-DP budget")
+        if self.sigma2 == 0:
+            return PrivacyCost.unbounded("zcdp")
+        return PrivacyCost.from_fraction("zcdp", self.sensitivity**2 / (2 * self.sigma2))
+
+    def check(self, d_in: Number, d_out: PrivacyCost) -> bool:
+        """Whether neighbours at L2 distance ``d_in`` lose at most ``d_out`` (zCDP)."""
+        if d_out.kind != "zcdp":
+            return False
+        if self.sigma2 == 0:
+            return d_out.infinite
+        if d_out.infinite:
+            return True
+        return to_fraction(d_in, "d_in") ** 2 / (2 * self.sigma2) <= d_out.value
+
+
+def _positive(value: Number, what: str) -> Fraction:
+    exact = to_fraction(value, what)
+    if exact <= 0:
+        raise ConfigurationError(f"{what} must be > 0, got {value}")
+    return exact
+
+
+# -- the analytic Gaussian (Balle & Wang 2018) ---------------------------------
+
+
+def _analytic_delta(sigma: float, sensitivity: float, epsilon: float) -> float:
+    """delta achieved by Gaussian noise sigma at epsilon (Balle & Wang 2018, Thm 8)."""
+    a = sensitivity / (2 * sigma)
+    b = epsilon * sigma / sensitivity
+    # Phi(a - b) - e^eps Phi(-a - b), with log-space for the second term.
+    first = special.ndtr(a - b)
+    second = math.exp(epsilon + special.log_ndtr(-a - b))
+    return float(first - second)
+
+
+def analytic_gaussian_sigma(sensitivity: Number, epsilon: Number, delta: Number) -> float:
+    """The smallest sigma for which Gaussian noise is (epsilon, delta)-DP (Balle & Wang 2018).
+
+    Bisection on the exact delta curve, returning the upper end of the bracket
+    so the answer never under-noises.
+    """
+    sens = float(_positive(sensitivity, "sensitivity"))
+    eps = float(check_epsilon(epsilon))
+    dlt = float(check_delta(delta))
+    if dlt == 0:
+        raise ConfigurationError("the Gaussian mechanism needs delta > 0")
+    lo, hi = 1e-12 * sens, sens
+    while _analytic_delta(hi, sens, eps) > dlt:
+        hi *= 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if _analytic_delta(mid, sens, eps) > dlt:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return hi
+
+
+def gaussian_sigma(sensitivity: Number, rho: Number) -> float:
+    """sigma = Δ / sqrt(2 rho) for a rho-zCDP Gaussian mechanism, rounded up."""
+    sens = float(_positive(sensitivity, "sensitivity"))
+    r = float(_positive(rho, "rho"))
+    return math.nextafter(sens / math.sqrt(2 * r), math.inf)
+
+
+def laplace_scale(sensitivity: Number, epsilon: Number) -> Fraction:
+    """Discrete Laplace scale Δ/ε for an epsilon-DP integer query (exact)."""
+    return _positive(sensitivity, "sensitivity") / check_epsilon(epsilon)

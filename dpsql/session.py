@@ -1,0 +1,173 @@
+"""Session: one principal (admin or analyst) on one store, under the store's active policy.
+
+Every front end (CLI, Python API, wire server) goes through a Session, so roles
+and the ledger are enforced in one place. The policy always comes from the
+store, never from a path the caller passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from dpsql.errors import AccessDenied, ConfigurationError
+from dpsql.ledger import Budget, Ledger
+from dpsql.policy import Policy, User
+from dpsql.privacy import Number, PrivacyCost, budget_cost
+from dpsql.store import Store, check_identifier
+
+if TYPE_CHECKING:
+    from dpsql.query.answer import Answer
+
+
+class Session:
+    """One user on one store. Use :func:`dpsql.connect` to make one."""
+
+    def __init__(self, store: Store, user: str) -> None:
+        self.store = store
+        policy = store.active_policy()
+        if user not in policy.users:
+            raise AccessDenied(f"no user {user!r} in the store's policy; an administrator "
+                               "declares users under users: and runs dpsql policy apply")
+        self.user = user
+        self.options: dict[str, Any] = {}
+        self._closed = False
+
+    # -- identity and policy ------------------------------------------------------------
+    @property
+    def policy(self) -> Policy:
+        """The policy in force now (re-read when an admin applies a new one)."""
+        return self.store.active_policy()
+
+    @property
+    def principal(self) -> User:
+        try:
+            return self.policy.users[self.user]
+        except KeyError:
+            raise AccessDenied(f"user {self.user!r} was removed from the policy") from None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.principal.role == "admin"
+
+    @property
+    def ledger(self) -> Ledger:
+        return Ledger(self.store, self.policy)
+
+    def require_admin(self, action: str) -> None:
+        """Raise AccessDenied unless this session's user is an administrator."""
+        if not self.is_admin:
+            raise AccessDenied(f"{self.user} is an analyst and cannot {action}; ask an "
+                               "administrator")
+
+    def cost(self, *, epsilon: Number | None = None, delta: Number | None = None,
+             rho: Number | None = None) -> PrivacyCost:
+        """A cost in the policy's accounting from epsilon[/delta] or rho (delta defaults to
+        the policy's)."""
+        policy = self.policy
+        if epsilon is not None and delta is None and policy.accounting == "zcdp":
+            delta = policy.delta
+        return budget_cost(policy.accounting, epsilon=epsilon, delta=delta, rho=rho)
+
+    # -- budgets ----------------------------------------------------------------------
+    def budget(self, user: str | None = None) -> list[Budget]:
+        """Per dataset: granted, spent, remaining. Analysts see only their own."""
+        if user and user != self.user:
+            self.require_admin("see another user's budget")
+        return self.ledger.budgets(user or (None if self.is_admin else self.user))
+
+    def grant(self, user: str, dataset: str, *, epsilon: Number | None = None,
+              delta: Number | None = None, rho: Number | None = None) -> Budget:
+        """Top up ``user``'s budget on ``dataset`` (admins only, audited)."""
+        self.require_admin("grant budget")
+        return self.ledger.grant(self.user, user, dataset,
+                                 self.cost(epsilon=epsilon, delta=delta, rho=rho))
+
+    def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
+        """The audit log (admins see everyone's; analysts their own)."""
+        if not self.is_admin:
+            if user and user != self.user:
+                self.require_admin("read another user's audit log")
+            user = self.user
+        return self.ledger.audit(user, last)
+
+    # -- administration -----------------------------------------------------------------
+    def apply_policy(self, policy: Policy | str | Path) -> list[str]:
+        """Make ``policy`` the active one; returns the recorded changes (admins only)."""
+        self.require_admin("change the policy")
+        if not isinstance(policy, Policy):
+            policy = Policy.load(policy)
+        if policy.users.get(self.user, None) is None or policy.users[self.user].role != "admin":
+            raise ConfigurationError(f"the new policy would remove {self.user}'s admin role; "
+                                     "keep yourself an admin or apply it as another admin")
+        return self.store.apply_policy(policy, self.user)
+
+    def table(self, dataset: str) -> pa.Table:
+        """The raw rows of a dataset (admins only: analysts never read raw tables)."""
+        self.require_admin("read raw tables")
+        ds = self.policy.dataset(dataset)
+        check_identifier(ds.table, "table")
+        return self.store.cursor().execute(f'SELECT * FROM main."{ds.table}"').to_arrow_table()
+
+    # -- analyst surface ----------------------------------------------------------------
+    def sql(self, text: str) -> Answer:
+        """Answer an SQL statement with differential privacy (see :mod:`dpsql.query`)."""
+        from dpsql.query.answer import run_statement
+
+        return run_statement(self, text)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.store.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(path: str | Path, user: str) -> Session:
+    """Open the store at ``path`` as ``user``.
+
+    The Python API trusts its caller (it can read the file anyway); untrusted
+    analysts come through ``dpsql serve``, which authenticates them.
+    """
+    store = Store.open(path)
+    try:
+        return Session(store, user)
+    except BaseException:
+        store.close()
+        raise
+
+
+def init(path: str | Path, policy: Policy | str | Path,
+         imports: dict[str, str | Path] | None = None, *, na: str | None = None,
+         normalize: bool = True, admin: str | None = None) -> tuple[Store, list[str]]:
+    """Create a store, import tables and apply the first policy; returns the open store and
+    notes. Nothing is left behind if any step fails."""
+    if not isinstance(policy, Policy):
+        policy = Policy.load(policy)
+    admins = [u.name for u in policy.users.values() if u.role == "admin"]
+    actor = admin or admins[0]
+    target = Path(path)
+    store = Store.open(target, create=True)
+    try:
+        notes = []
+        for table, file in (imports or {}).items():
+            renames = store.import_table(table, file, na=na, normalize=normalize)
+            if renames:
+                notes.append(f"{table}: renamed columns " + ", ".join(
+                    f"{old} -> {new}" for old, new in renames.items()))
+        notes += store.check_policy(policy)
+        store.apply_policy(policy, actor)
+        return store, notes
+    except BaseException:
+        store.close()
+        for leftover in (target, Path(str(target) + ".wal")):
+            leftover.unlink(missing_ok=True)
+        raise

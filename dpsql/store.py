@@ -1,0 +1,396 @@
+"""The governed store: one DuckDB file holding sensitive tables and dpsql's own state.
+
+The ``dpsql`` schema keeps the applied policies, the budget ledger, the audit
+log, release provenance and credentials; ``released`` holds synthetic tables.
+Every connection dpsql opens on a store is hardened: external access off
+(no files, no URLs, no ATTACH), extension install and autoload off,
+configuration locked. Files are read by a separate in-memory DuckDB
+(:func:`read_file`) and written by pyarrow, never by the store's connection.
+
+DuckDB lets one process write a file at a time; a second writer gets
+:class:`StoreError` instead of a corrupt file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from dpsql.errors import ConfigurationError, PolicyError, StoreError
+from dpsql.policy import Policy
+
+SCHEMA_VERSION = 1
+
+HARDENED_CONFIG = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+    "lock_configuration": True,
+}
+
+# Each migration brings the store from version n-1 to n; never edit a released one.
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (1, [
+        "CREATE SCHEMA IF NOT EXISTS dpsql",
+        "CREATE SCHEMA IF NOT EXISTS released",
+        "CREATE TABLE dpsql.meta (key VARCHAR PRIMARY KEY, value VARCHAR NOT NULL)",
+        """CREATE TABLE dpsql.policies (
+            version INTEGER PRIMARY KEY, fingerprint VARCHAR NOT NULL, text VARCHAR NOT NULL,
+            applied_by VARCHAR NOT NULL, applied_at TIMESTAMP NOT NULL, changes VARCHAR)""",
+        "CREATE SEQUENCE dpsql.event_ids",
+        """CREATE TABLE dpsql.audit (
+            id BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, user_name VARCHAR NOT NULL,
+            dataset VARCHAR, action VARCHAR NOT NULL, statement VARCHAR,
+            kind VARCHAR, units HUGEINT, infinite BOOLEAN, outcome VARCHAR NOT NULL,
+            reason VARCHAR, fingerprint VARCHAR)""",
+        """CREATE TABLE dpsql.charges (
+            id BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, user_name VARCHAR NOT NULL,
+            dataset VARCHAR NOT NULL, kind VARCHAR NOT NULL, units HUGEINT NOT NULL,
+            infinite BOOLEAN NOT NULL, fingerprint VARCHAR NOT NULL, audit_id BIGINT NOT NULL)""",
+        """CREATE TABLE dpsql.grants (
+            id BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, user_name VARCHAR NOT NULL,
+            dataset VARCHAR NOT NULL, kind VARCHAR NOT NULL, units HUGEINT NOT NULL,
+            infinite BOOLEAN NOT NULL, granted_by VARCHAR NOT NULL,
+            fingerprint VARCHAR NOT NULL)""",
+        """CREATE TABLE dpsql.releases (
+            release_id VARCHAR PRIMARY KEY, name VARCHAR NOT NULL, dataset VARCHAR NOT NULL,
+            synthesizer VARCHAR NOT NULL, privacy VARCHAR NOT NULL, released_by VARCHAR NOT NULL,
+            released_at TIMESTAMP NOT NULL, superseded_by VARCHAR, record VARCHAR NOT NULL)""",
+        """CREATE TABLE dpsql.credentials (
+            user_name VARCHAR PRIMARY KEY, verifier VARCHAR NOT NULL,
+            created_at TIMESTAMP NOT NULL)""",
+    ]),
+]
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_open_stores: dict[str, Store] = {}
+_open_lock = threading.Lock()
+
+
+def now() -> datetime:
+    """The current time, timezone-aware (stored as TIMESTAMP)."""
+    return datetime.now(timezone.utc)
+
+
+def check_identifier(name: str, what: str = "name") -> str:
+    """Accept only plain SQL identifiers for names dpsql will put into SQL."""
+    if not isinstance(name, str) or not _IDENTIFIER.match(name):
+        raise ConfigurationError(
+            f"{what} {name!r} is not a valid identifier; use letters, digits and _ "
+            "(not starting with a digit)"
+        )
+    return name
+
+
+def normalize_name(name: str) -> str:
+    """A column name as a lower-case SQL identifier: ``income>50K`` -> ``income_50k``."""
+    clean = re.sub(r"[^0-9a-zA-Z]+", "_", name.strip()).strip("_").lower()
+    if not clean or clean[0].isdigit():
+        clean = "c_" + clean
+    return clean
+
+
+def read_file(path: str | Path, *, na: str | None = None) -> pa.Table:
+    """Read a CSV or Parquet file into Arrow with a private in-memory DuckDB.
+
+    The store's own connection never touches the file system.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigurationError(f"no such file: {path}")
+    suffix = "".join(path.suffixes).lower()
+    reader = duckdb.connect(":memory:")
+    try:
+        if suffix.endswith(".parquet"):
+            rel = reader.read_parquet(str(path))
+        elif suffix.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
+            options: dict[str, Any] = {}
+            if na is not None:
+                options["na_values"] = [na]
+            rel = reader.read_csv(str(path), **options)
+        else:
+            raise ConfigurationError(f"cannot import {path.name}: use a .csv or .parquet file")
+        return rel.to_arrow_table()
+    except duckdb.Error as err:
+        raise ConfigurationError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
+    finally:
+        reader.close()
+
+
+class Store:
+    """An open governed DuckDB file. Use :meth:`open` (shared per process) or :meth:`create`."""
+
+    def __init__(self, path: Path, connection: duckdb.DuckDBPyConnection) -> None:
+        self.path = path
+        self._con = connection
+        self._users = 1
+        self.lock = threading.RLock()  # serializes writes that must read-check-write
+        self._policy_cache: tuple[int, Policy] | None = None
+
+    # -- opening ----------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path, *, create: bool = False) -> Store:
+        """Open (or with ``create`` make) the store at ``path``; one instance per process."""
+        resolved = Path(path).expanduser().resolve()
+        key = str(resolved)
+        with _open_lock:
+            existing = _open_stores.get(key)
+            if existing is not None:
+                existing._users += 1
+                return existing
+            if not resolved.exists() and not create:
+                raise StoreError(f"no store at {path}; create one with: dpsql init {path} "
+                                 "--policy POLICY.yaml")
+            if resolved.exists() and create:
+                raise StoreError(f"{path} already exists; open it instead, or choose a new path")
+            store = cls(resolved, _connect(resolved))
+            try:
+                store._migrate(create)
+            except BaseException:
+                store._con.close()
+                raise
+            _open_stores[key] = store
+            return store
+
+    def close(self) -> None:
+        """Release this handle; the file closes when the last handle in the process does."""
+        with _open_lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            _open_stores.pop(str(self.path), None)
+            self._con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self, create: bool) -> None:
+        con = self._con
+        has_meta = con.execute(
+            "SELECT count(*) FROM information_schema.tables "
+            "WHERE table_schema = 'dpsql' AND table_name = 'meta'"
+        ).fetchone()
+        version = 0
+        if has_meta and has_meta[0]:
+            row = con.execute("SELECT value FROM dpsql.meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+        elif not create:
+            raise StoreError(f"{self.path} is a DuckDB file but not a dpsql store; create a store "
+                             "with: dpsql init PATH --policy POLICY.yaml")
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} has store schema version {version}, newer than this "
+                             f"dpsql understands ({SCHEMA_VERSION}); upgrade dpsql")
+        for number, statements in MIGRATIONS:
+            if number <= version:
+                continue
+            with self.transaction() as cur:
+                for statement in statements:
+                    cur.execute(statement)
+                cur.execute("INSERT OR REPLACE INTO dpsql.meta VALUES ('schema_version', ?)",
+                            [str(number)])
+                if number == 1:
+                    cur.execute("INSERT INTO dpsql.meta VALUES ('secret', ?), ('created_at', ?)",
+                                [secrets.token_hex(32), now().isoformat()])
+
+    # -- connections --------------------------------------------------------------
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new cursor on the hardened database (one per thread)."""
+        return self._con.cursor()
+
+    def analyst_cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for analyst paths: it only ever runs SQL that dpsql generated."""
+        return self._con.cursor()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor inside BEGIN ... COMMIT (ROLLBACK on any error)."""
+        cur = self._con.cursor()
+        cur.execute("BEGIN TRANSACTION")
+        try:
+            yield cur
+        except BaseException:
+            cur.execute("ROLLBACK")
+            cur.close()
+            raise
+        cur.execute("COMMIT")
+        cur.close()
+
+    def next_id(self, cur: duckdb.DuckDBPyConnection) -> int:
+        """A fresh event id (audit, charges, grants share one sequence)."""
+        row = cur.execute("SELECT nextval('dpsql.event_ids')").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    # -- state ------------------------------------------------------------------------
+    @property
+    def secret(self) -> str:
+        """The per-store random secret (seeds contribution sampling); never shown to analysts."""
+        row = self.cursor().execute("SELECT value FROM dpsql.meta WHERE key = 'secret'").fetchone()
+        assert row is not None
+        return str(row[0])
+
+    def tables(self) -> list[str]:
+        """Sensitive tables in the main schema."""
+        rows = self.cursor().execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' "
+            "ORDER BY table_name"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def table_columns(self, table: str, schema: str = "main") -> dict[str, str]:
+        """Column name -> DuckDB type of a table (empty if it does not exist)."""
+        rows = self.cursor().execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+            [schema, table],
+        ).fetchall()
+        return {r[0]: r[1] for r in rows}
+
+    def import_table(self, name: str, path: str | Path, *, na: str | None = None,
+                     normalize: bool = True, replace: bool = False) -> dict[str, str]:
+        """Import a CSV/Parquet file as sensitive table ``name``; returns renamed columns."""
+        check_identifier(name, "table name")
+        data = read_file(path, na=na)
+        renames: dict[str, str] = {}
+        if normalize:
+            names = [normalize_name(c) for c in data.column_names]
+            if len(set(names)) != len(names):
+                raise ConfigurationError(f"{path}: column names collide once normalized; "
+                                         "import with --keep-names")
+            renames = {old: new for old, new in zip(data.column_names, names) if old != new}
+            data = data.rename_columns(names)
+        with self.lock, self.transaction() as cur:
+            if name in self.tables() and not replace:
+                raise ConfigurationError(f"table {name!r} already exists; pass --replace to "
+                                         "overwrite it")
+            cur.register("_dpsql_import", data)
+            cur.execute(f'CREATE OR REPLACE TABLE main."{name}" AS SELECT * FROM _dpsql_import')
+            cur.unregister("_dpsql_import")
+        return renames
+
+    # -- policy lifecycle -----------------------------------------------------------------
+    def policy_version(self) -> int:
+        row = self.cursor().execute("SELECT max(version) FROM dpsql.policies").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def active_policy(self) -> Policy:
+        """The policy in force (the latest applied), parsed and cached by version."""
+        version = self.policy_version()
+        if version == 0:
+            raise StoreError(f"{self.path} has no policy yet; apply one with: "
+                             "dpsql policy apply POLICY.yaml")
+        if self._policy_cache and self._policy_cache[0] == version:
+            return self._policy_cache[1]
+        row = self.cursor().execute("SELECT text FROM dpsql.policies WHERE version = ?",
+                                    [version]).fetchone()
+        assert row is not None
+        policy = Policy.from_text(row[0], source=f"{self.path.name} policy v{version}")
+        self._policy_cache = (version, policy)
+        return policy
+
+    def check_policy(self, policy: Policy) -> list[str]:
+        """Check the policy against the tables; returns notes (undeclared columns, hidden)."""
+        notes = []
+        for ds in policy.datasets.values():
+            actual = self.table_columns(ds.table)
+            if not actual:
+                raise PolicyError(f"{policy.source}: datasets.{ds.name}.table: no table "
+                                  f"{ds.table!r} in the store; import it with dpsql init "
+                                  f"--import {ds.table}=FILE")
+            for col in ds.columns.values():
+                where = f"{policy.source}: datasets.{ds.name}.columns.{col.name}"
+                if col.name not in actual:
+                    raise PolicyError(f"{where}: table {ds.table!r} has no such column "
+                                      f"(it has: {', '.join(actual)})")
+                _check_type(where, col.type, actual[col.name], col.values)
+            undeclared = sorted(set(actual) - set(ds.columns))
+            if undeclared:
+                notes.append(f"dataset {ds.name}: columns not in the policy are hidden: "
+                             f"{', '.join(undeclared)}")
+        return notes
+
+    def apply_policy(self, policy: Policy, applied_by: str) -> list[str]:
+        """Record ``policy`` as the active one; returns the list of changes."""
+        self.check_policy(policy)
+        with self.lock:
+            version = self.policy_version()
+            previous = self.active_policy() if version else None
+            changes = previous.diff(policy) if previous else ["(first policy)"]
+            with self.transaction() as cur:
+                cur.execute(
+                    "INSERT INTO dpsql.policies VALUES (?, ?, ?, ?, ?, ?)",
+                    [version + 1, policy.fingerprint, policy.text, applied_by, now(),
+                     "\n".join(changes)],
+                )
+                cur.execute(
+                    "INSERT INTO dpsql.audit (id, ts, user_name, action, statement, outcome, "
+                    "reason, fingerprint) VALUES (?, ?, ?, 'policy', ?, 'applied', ?, ?)",
+                    [self.next_id(cur), now(), applied_by, f"policy apply {policy.source}",
+                     "; ".join(changes)[:2000], policy.fingerprint],
+                )
+        return changes
+
+    def policy_history(self) -> list[dict[str, Any]]:
+        rows = self.cursor().execute(
+            "SELECT version, fingerprint, applied_by, applied_at, changes FROM dpsql.policies "
+            "ORDER BY version"
+        ).fetchall()
+        keys = ("version", "fingerprint", "applied_by", "applied_at", "changes")
+        return [dict(zip(keys, r)) for r in rows]
+
+
+def _check_type(where: str, col_type: str, sql_type: str, values: tuple[Any, ...] | None) -> None:
+    numeric = any(t in sql_type for t in ("INT", "DECIMAL", "DOUBLE", "FLOAT", "REAL"))
+    if col_type in ("integer", "float") and not numeric:
+        raise PolicyError(f"{where}: declared {col_type} but the table column is {sql_type}; "
+                          "declare it categorical or import it as a number")
+    if col_type == "categorical" and values is not None:
+        stringy = sql_type in ("VARCHAR", "TEXT") or sql_type.startswith("ENUM")
+        for value in values:
+            if value is None:
+                continue
+            if stringy != isinstance(value, str) and sql_type != "BOOLEAN":
+                kind = "text" if stringy else "numbers"
+                raise PolicyError(f"{where}: the table column is {sql_type}, so values must be "
+                                  f"{kind} (got {value!r}); quote or unquote them in the policy")
+
+
+def _connect(path: Path) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(str(path), config=dict(HARDENED_CONFIG))
+    except duckdb.IOException as err:
+        text = str(err)
+        if "lock" in text.lower():
+            holder = re.search(r"PID (\d+)", text)
+            who = f" (process {holder.group(1)})" if holder else ""
+            raise StoreError(f"{path} is open for writing by another process{who}; stop it "
+                             "(for example a running dpsql serve) and try again") from err
+        raise StoreError(f"{path} is not a readable DuckDB database ({text.splitlines()[0]}); "
+                         "restore it from a backup or create a new store") from err
+    except duckdb.ConnectionException as err:
+        raise StoreError(f"{path} is already open in this process with another configuration; "
+                         "close other connections to it first") from err
+    except duckdb.Error as err:
+        raise StoreError(f"cannot open {path}: {str(err).splitlines()[0]}") from err
+
+
+def store_for_env(path: str | None) -> str:
+    """The store path from ``--db`` or the DPSQL_DB environment variable."""
+    chosen = path or os.environ.get("DPSQL_DB")
+    if not chosen:
+        raise ConfigurationError("no store given: pass --db PATH or set DPSQL_DB")
+    return chosen
