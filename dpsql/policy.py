@@ -210,7 +210,8 @@ def _budget(raw: dict[str, Any], kind: Kind, default_delta: float | None, source
         delta = raw.get("delta", default_delta if "epsilon" in raw else None)
         if kind == "pure" and "delta" not in raw:
             delta = None
-        return budget_cost(kind, epsilon=raw.get("epsilon"), delta=delta, rho=raw.get("rho"))
+        return budget_cost(kind, epsilon=raw.get("epsilon"), delta=delta, rho=raw.get("rho"),
+                           allow_infinite=True)
     except ConfigurationError as err:
         raise _fail(source, where, str(err)) from err
 

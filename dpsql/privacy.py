@@ -325,33 +325,36 @@ def budget_cost(
     epsilon: Number | None = None,
     delta: Number | None = None,
     rho: Number | None = None,
+    allow_infinite: bool = False,
 ) -> PrivacyCost:
     """A cost in a policy's accounting from what a user typed (epsilon[/delta] or rho).
 
     Under ``pure`` only epsilon is accepted. Under ``zcdp`` rho is native and
-    (epsilon, delta) converts to the largest rho that meets it.
+    (epsilon, delta) converts to the largest rho that meets it. Infinity is an
+    error unless ``allow_infinite`` (policies may declare unbounded budgets).
     """
     if (epsilon is None) == (rho is None):
         raise ConfigurationError("give exactly one of epsilon or rho")
+    amount = epsilon if epsilon is not None else rho
+    assert amount is not None
+    if _is_infinite(amount):
+        if not allow_infinite:
+            raise ConfigurationError("an infinite epsilon or rho is not a privacy guarantee; "
+                                     "give a finite positive number")
+        return PrivacyCost.unbounded(kind)
     if kind == "pure":
         if rho is not None:
             raise ConfigurationError("a pure-DP policy counts epsilon; rho needs accounting: zcdp")
         if delta not in (None, 0):
             raise ConfigurationError("a pure-DP policy has no delta; remove delta or use zcdp")
-        assert epsilon is not None
-        if _is_infinite(epsilon):
-            return PrivacyCost.unbounded("pure")
-        return PrivacyCost.pure(check_epsilon(epsilon))
+        return PrivacyCost.pure(check_epsilon(amount))
     if rho is not None:
-        if _is_infinite(rho):
-            return PrivacyCost.unbounded("zcdp")
-        if to_fraction(rho, "rho") <= 0:
+        if isinstance(rho, float) and math.isnan(rho) or to_fraction(rho, "rho") <= 0:
             raise ConfigurationError(f"rho must be > 0, got {rho}")
         return PrivacyCost.zcdp(rho)
     if delta is None:
         raise ConfigurationError("under zCDP accounting an epsilon needs a delta (e.g. 1e-6)")
-    assert epsilon is not None
-    return rho_from_epsilon_delta(epsilon, delta)
+    return rho_from_epsilon_delta(amount, delta)
 
 
 # -- mechanisms: sensitivity + scale -> cost ----------------------------------

@@ -1,0 +1,79 @@
+"""Shared fixtures: a real governed DuckDB store built from the bundled Adult sample."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+import dpsql
+from dpsql.session import Session
+
+DATA = Path(str(resources.files("dpsql").joinpath("data")))
+ADULT_SAMPLE = DATA / "adult_sample.csv"
+ADULT_POLICY = DATA / "adult.yaml"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    """A fresh store with the Adult sample and the demo policy (closed, ready to connect)."""
+    path = tmp_path / "adult.duckdb"
+    store, _ = dpsql.init(path, ADULT_POLICY, {"adult": ADULT_SAMPLE})
+    store.close()
+    return path
+
+
+@pytest.fixture
+def admin(store_path: Path) -> Iterator[Session]:
+    with dpsql.connect(store_path, "admin") as session:
+        yield session
+
+
+@pytest.fixture
+def alice(store_path: Path) -> Iterator[Session]:
+    with dpsql.connect(store_path, "alice") as session:
+        yield session
+
+
+def policy_text(accounting: str = "pure", budget: str = "{epsilon: 1}",
+                user_budget: str = "{epsilon: 1}", extra_dataset: str = "",
+                columns: str | None = None) -> str:
+    """A small valid policy over the Adult sample, with the parts tests vary."""
+    delta = "delta: 1.0e-6\n" if accounting == "zcdp" else ""
+    columns = columns or """
+      age: {type: integer, bounds: [0, 84], bins: 10}
+      sex: {type: categorical, values: [0, 1]}
+      race: {type: categorical, values: [0, 1, 2, 3, 4]}
+      income_50k: {type: categorical, values: [0, 1]}
+      fnlwgt: {type: hidden}"""
+    return f"""version: 1
+accounting: {accounting}
+{delta}datasets:
+  adult:
+    table: adult
+    budget: {budget}
+{extra_dataset}    columns:{columns}
+users:
+  admin: {{role: admin, budgets: {{adult: {budget}}}}}
+  alice: {{role: analyst, budgets: {{adult: {user_budget}}}}}
+"""
+
+
+@pytest.fixture
+def make_store(tmp_path: Path):
+    """Build a store over the Adult sample with a policy given as YAML text."""
+    counter = iter(range(1000))
+
+    def build(text: str) -> Path:
+        n = next(counter)
+        policy_file = tmp_path / f"policy{n}.yaml"
+        policy_file.write_text(text)
+        path = tmp_path / f"store{n}.duckdb"
+        store, _ = dpsql.init(path, policy_file, {"adult": ADULT_SAMPLE})
+        store.close()
+        return path
+
+    return build

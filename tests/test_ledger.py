@@ -1,0 +1,130 @@
+"""The ledger: compare-and-debit under concurrency, durability, refusals, grants, audit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+
+import dpsql
+from dpsql.errors import AccessDenied, BudgetExceeded
+from dpsql.privacy import PrivacyCost
+
+from .conftest import policy_text
+
+
+def test_hundred_threads_exactly_ten_succeed(make_store):
+    path = make_store(policy_text(budget="{epsilon: 10}", user_budget="{epsilon: 1}"))
+    session = dpsql.connect(path, "alice")
+    ledger = session.ledger
+    cost = PrivacyCost.pure("0.1")
+    results: list[str] = []
+    barrier = threading.Barrier(100)
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        try:
+            ledger.charge("alice", "adult", cost, f"thread {i}")
+            results.append("ok")
+        except BudgetExceeded:
+            results.append("refused")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results.count("ok") == 10
+    standing = ledger.budget("alice", "adult")
+    assert standing.spent == PrivacyCost.pure(1)
+    assert standing.remaining.is_zero
+    audit = session.ledger.audit("alice")
+    assert sum(r["outcome"] == "refused" for r in audit) == 90
+    assert sum(r["outcome"] == "charged" for r in audit) == 10
+    session.close()
+
+
+def test_refusal_leaves_ledger_unchanged_and_says_who_can_grant(make_store):
+    path = make_store(policy_text())
+    with dpsql.connect(path, "alice") as alice:
+        ledger = alice.ledger
+        ledger.charge("alice", "adult", PrivacyCost.pure("0.6"), "first")
+        before = ledger.budget("alice", "adult")
+        with pytest.raises(BudgetExceeded) as info:
+            ledger.charge("alice", "adult", PrivacyCost.pure("0.5"), "second")
+        assert ledger.budget("alice", "adult") == before
+        message = str(info.value)
+        assert "requested epsilon=0.5" in message
+        assert "epsilon=0.4 left" in message
+        assert "dpsql budget grant alice adult" in message and "(admin)" in message
+        last = ledger.audit("alice", last=1)[0]
+        assert last["outcome"] == "refused" and last["statement"] == "second"
+        # exactly the remainder still fits
+        ledger.charge("alice", "adult", PrivacyCost.pure("0.4"), "exact")
+        assert ledger.budget("alice", "adult").remaining.is_zero
+
+
+def test_dataset_total_caps_all_users_together(make_store):
+    text = policy_text(budget="{epsilon: 1}", user_budget="{epsilon: 1}")
+    path = make_store(text)
+    with dpsql.connect(path, "admin") as admin:
+        admin.ledger.charge("admin", "adult", PrivacyCost.pure("0.7"), "admin release",
+                            action="release")
+    with dpsql.connect(path, "alice") as alice:
+        with pytest.raises(BudgetExceeded, match="dataset's total budget"):
+            alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.5"), "q")
+
+
+def test_query_cap(make_store):
+    path = make_store(policy_text(extra_dataset="    query_cap: {epsilon: 0.25}\n"))
+    with dpsql.connect(path, "alice") as alice:
+        with pytest.raises(BudgetExceeded, match="at most epsilon=0.25"):
+            alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.3"), "q")
+        alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.25"), "q")
+
+
+def test_grant_is_admin_only_and_audited(store_path):
+    with dpsql.connect(store_path, "alice") as alice:
+        with pytest.raises(AccessDenied):
+            alice.grant("alice", "adult", epsilon=1)
+    with dpsql.connect(store_path, "admin") as admin:
+        before = admin.ledger.budget("bob", "adult").granted
+        after = admin.grant("bob", "adult", epsilon=1)
+        assert after.granted == before + admin.cost(epsilon=1)
+        entry = admin.audit(last=1)[0]
+        assert entry["action"] == "grant" and entry["user"] == "admin"
+
+
+def test_charge_survives_sigkill(store_path):
+    code = textwrap.dedent(f"""
+        import os, signal, dpsql
+        from dpsql.privacy import PrivacyCost
+        s = dpsql.connect({str(store_path)!r}, "alice")
+        s.ledger.charge("alice", "adult", s.cost(epsilon="0.5"), "before the kill")
+        print("charged", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == -signal.SIGKILL
+    assert "charged" in result.stdout
+    with dpsql.connect(store_path, "alice") as alice:
+        standing = alice.ledger.budget("alice", "adult")
+        assert standing.spent == alice.cost(epsilon="0.5")
+        assert alice.audit(last=1)[0]["statement"] == "before the kill"
+
+
+def test_audit_records_fingerprint_and_finish(store_path):
+    with dpsql.connect(store_path, "alice") as alice:
+        charge = alice.ledger.charge("alice", "adult", alice.cost(epsilon="0.1"), "SELECT 1")
+        alice.ledger.finish(charge.id, "answered")
+        entry = alice.audit(last=1)[0]
+        assert entry["outcome"] == "answered"
+        assert entry["fingerprint"] == alice.policy.fingerprint
+        assert entry["cost"] == alice.cost(epsilon="0.1")

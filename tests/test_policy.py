@@ -1,0 +1,120 @@
+"""Policies: the shipped examples validate, bad ones fail naming file, field and what to do."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from dpsql.errors import PolicyError
+from dpsql.policy import Policy
+from dpsql.privacy import PrivacyCost
+
+from .conftest import policy_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["adult.yaml", "acs.yaml"])
+def test_shipped_policies_validate(name):
+    policy = Policy.load(ROOT / "policies" / name)
+    assert policy.accounting == "zcdp"
+    assert len(policy.fingerprint) == 16
+    schema = json.loads((ROOT / "policies" / "schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(policy.text))
+
+
+def test_policy_objects_are_frozen():
+    policy = Policy.from_text(policy_text())
+    with pytest.raises(AttributeError):
+        policy.accounting = "zcdp"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        policy.datasets["x"] = None  # type: ignore[index]
+
+
+def test_fingerprint_is_stable_and_canonical():
+    a = Policy.from_text(policy_text())
+    reformatted = yaml.safe_dump(yaml.safe_load(policy_text()), default_flow_style=False)
+    b = Policy.from_text(reformatted)
+    assert a.fingerprint == b.fingerprint
+    c = Policy.from_text(policy_text(budget="{epsilon: 2}"))
+    assert c.fingerprint != a.fingerprint
+
+
+def test_budgets_parse_in_the_policy_accounting():
+    pure = Policy.from_text(policy_text())
+    assert pure.dataset("adult").budget == PrivacyCost.pure(1)
+    zcdp = Policy.from_text(policy_text("zcdp", budget="{rho: 0.5}", user_budget="{rho: 0.1}"))
+    assert zcdp.dataset("adult").budget == PrivacyCost.zcdp("0.5")
+
+
+def test_bins_become_edges():
+    policy = Policy.from_text(policy_text())
+    age = policy.dataset("adult").column("age")
+    assert age.edges == (0, 10, 20, 30, 40, 50, 60, 70, 80, 85)
+    assert age.has_domain
+
+
+BAD = {
+    "not_yaml": ("version: 1\n  accounting: [", "not valid YAML"),
+    "unknown_field": (policy_text().replace("accounting: pure", "accounting: pure\ncolor: red"),
+                      "allowed fields"),
+    "bad_accounting": (policy_text().replace("accounting: pure", "accounting: fuzzy"),
+                       "allowed: pure, zcdp"),
+    "zcdp_without_delta": (policy_text("zcdp").replace("delta: 1.0e-6\n", ""), "needs a delta"),
+    "pure_with_delta": (policy_text().replace("accounting: pure", "accounting: pure\ndelta: 0.1"),
+                        "no delta"),
+    "negative_budget": (policy_text(budget="{epsilon: -1}"), "datasets.adult.budget"),
+    "bounds_reversed": (policy_text(columns="\n      age: {type: integer, bounds: [90, 17]}"),
+                        "lower < upper"),
+    "missing_bounds": (policy_text(columns="\n      age: {type: integer}"), "needs bounds"),
+    "categorical_without_values": (policy_text(columns="\n      sex: {type: categorical}"),
+                                   "needs values"),
+    "hidden_with_bounds": (policy_text(columns="\n      f: {type: hidden, bounds: [0, 1]}"),
+                           "hidden column takes no bounds"),
+    "user_over_dataset": (policy_text(user_budget="{epsilon: 2}"), "exceeds dataset"),
+    "unknown_dataset_for_user": (policy_text().replace("budgets: {adult: {epsilon: 1}}}\n",
+                                 "budgets: {adlt: {epsilon: 1}}}\n"), "did you mean 'adult'"),
+    "no_admin": (policy_text().replace("role: admin", "role: analyst"), "role: admin"),
+    "bad_role": (policy_text().replace("role: admin", "role: root"), "allowed: admin, analyst"),
+    "cap_over_budget": (policy_text(extra_dataset="    query_cap: {epsilon: 5}\n"),
+                        "exceeds the dataset budget"),
+    "unit_not_declared": (policy_text(extra_dataset="    privacy_unit: person\n"
+                                      "    max_rows: 3\n"), "not declared under columns"),
+    "max_rows_without_unit": (policy_text(extra_dataset="    max_rows: 3\n"), "max_rows must be 1"),
+    "bin_edges_outside": (policy_text(columns="\n      age: {type: integer, bounds: [0, 84], "
+                                      "bins: [5, 84]}"), "start at the lower bound"),
+    "float_width_for_integer": (policy_text(columns="\n      age: {type: integer, bounds: [0, 84],"
+                                            " bins: 2.5}"), "integer bin width"),
+    "labels_count": (policy_text(columns="\n      sex: {type: categorical, values: [0, 1], "
+                                 "labels: [a]}"), "one label per value"),
+    "rho_in_pure": (policy_text(budget="{rho: 1}"), "rho needs accounting: zcdp"),
+}
+
+
+@pytest.mark.parametrize("case", BAD, ids=list(BAD))
+def test_invalid_policies_name_file_field_and_fix(case, tmp_path):
+    text, expected = BAD[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as info:
+        Policy.load(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert expected in message
+
+
+def test_missing_file():
+    with pytest.raises(PolicyError, match="cannot read policy"):
+        Policy.load("/nonexistent/policy.yaml")
+
+
+def test_diff_lists_changes():
+    a = Policy.from_text(policy_text())
+    b = Policy.from_text(policy_text(budget="{epsilon: 2}"))
+    changes = a.diff(b)
+    assert "~ datasets.adult.budget.epsilon: 1 -> 2" in changes
+    assert a.diff(a) == []

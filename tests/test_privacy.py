@@ -1,0 +1,154 @@
+"""Exact accounting: composition, conversions, calibration, pinned at their boundaries."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from scipy import stats
+
+from dpsql.errors import ConfigurationError
+from dpsql.privacy import (
+    QUANTUM,
+    GaussianMechanism,
+    LaplaceMechanism,
+    PrivacyCost,
+    analytic_gaussian_sigma,
+    budget_cost,
+    epsilon_from_rho,
+    gaussian_sigma,
+    laplace_scale,
+    rho_from_epsilon_delta,
+)
+
+ONE_QUANTUM_PURE = PrivacyCost("pure", 1)
+
+
+def test_decimal_inputs_are_exact():
+    assert PrivacyCost.pure(0.1).value == Fraction(1, 10)
+    assert PrivacyCost.pure("0.1") == PrivacyCost.pure(Fraction(1, 10))
+    total = PrivacyCost.zero("pure")
+    for _ in range(10):
+        total = total + PrivacyCost.pure(0.1)
+    assert total == PrivacyCost.pure(1)
+
+
+def test_charges_round_up_and_budgets_round_down():
+    third = Fraction(1, 3)
+    up = PrivacyCost.from_fraction("pure", third)
+    down = PrivacyCost.from_fraction("pure", third, round_up=False)
+    assert up.value > third > down.value
+    assert up.units - down.units == 1
+    parts = PrivacyCost.pure(1).split([1, 1, 1])
+    assert sum(p.units for p in parts) <= PrivacyCost.pure(1).units
+
+
+@pytest.mark.parametrize("bad", [0.0 - 1, float("nan"), float("inf") * -1, "abc", True])
+def test_invalid_costs_raise(bad):
+    with pytest.raises(ConfigurationError):
+        PrivacyCost.pure(bad)
+
+
+@pytest.mark.parametrize("eps", [0, -1, float("nan"), float("inf")])
+def test_budget_cost_rejects_bad_epsilon(eps):
+    with pytest.raises(ConfigurationError):
+        budget_cost("pure", epsilon=eps)
+
+
+@pytest.mark.parametrize("delta", [-0.1, 1.0, 2, float("nan")])
+def test_budget_cost_rejects_bad_delta(delta):
+    with pytest.raises(ConfigurationError):
+        budget_cost("zcdp", epsilon=1, delta=delta)
+
+
+def test_mixing_kinds_is_refused():
+    with pytest.raises(ConfigurationError):
+        PrivacyCost.pure(1) + PrivacyCost.zcdp(1)
+    with pytest.raises(ConfigurationError):
+        PrivacyCost.zcdp(1).to("pure")
+
+
+def test_pure_to_zcdp_is_half_epsilon_squared():
+    assert PrivacyCost.pure("0.3").to_zcdp() == PrivacyCost.zcdp(Fraction(9, 200))
+
+
+def test_rho_from_epsilon_delta_is_the_largest_that_meets_it():
+    eps, delta = 1.0, 1e-6
+    rho = rho_from_epsilon_delta(eps, delta)
+    assert epsilon_from_rho(rho.value, delta) <= eps
+    # A tiny bit more rho breaks the (epsilon, delta) guarantee.
+    more = rho.value * (1 + Fraction(1, 10**9))
+    assert epsilon_from_rho(more, delta) > eps
+
+
+def test_epsilon_from_rho_matches_bun_steinke():
+    rho, delta = 0.5, 1e-5
+    assert epsilon_from_rho(rho, delta) == pytest.approx(rho + 2 * math.sqrt(rho * math.log(1e5)))
+
+
+def test_infinite_budget_composes_and_calibrates_to_no_noise():
+    inf = PrivacyCost.unbounded("pure")
+    assert inf + PrivacyCost.pure(1) == inf
+    assert PrivacyCost.pure(5) <= inf
+    assert LaplaceMechanism.calibrate(1, inf).scale == 0
+    assert budget_cost("zcdp", epsilon="inf", allow_infinite=True).infinite
+
+
+# -- mechanisms pinned at the boundary (OpenDP-style check(d_in, d_out)) --------------
+
+def test_laplace_boundary():
+    mech = LaplaceMechanism.calibrate(2, PrivacyCost.pure("0.5"))
+    assert mech.scale == 4
+    assert mech.check(2, PrivacyCost.pure("0.5"))
+    assert not mech.check(2, PrivacyCost("pure", PrivacyCost.pure("0.5").units - 1))
+    assert mech.cost() == PrivacyCost.pure("0.5")
+
+
+def test_laplace_under_zcdp_costs_half_epsilon_squared():
+    budget = PrivacyCost.zcdp("0.125")  # epsilon = 0.5
+    mech = LaplaceMechanism.calibrate(1, budget)
+    assert mech.cost("zcdp") <= budget
+    assert mech.check(1, budget)
+
+
+def test_gaussian_boundary():
+    rho = PrivacyCost.zcdp("0.02")
+    mech = GaussianMechanism.calibrate(3, rho)
+    assert mech.sigma2 == Fraction(9) / (2 * Fraction("0.02"))
+    assert mech.check(3, rho)
+    assert not mech.check(3, PrivacyCost("zcdp", rho.units - 1))
+    assert mech.cost() == rho
+
+
+def test_gaussian_needs_zcdp():
+    with pytest.raises(ConfigurationError):
+        GaussianMechanism.calibrate(1, PrivacyCost.pure(1))
+
+
+def test_budget_exact_at_boundary_passes_one_quantum_more_fails():
+    budget = PrivacyCost.pure(1)
+    spent = PrivacyCost.pure("0.7")
+    assert spent + PrivacyCost.pure("0.3") <= budget
+    assert not spent + PrivacyCost.pure("0.3") + ONE_QUANTUM_PURE <= budget
+    assert QUANTUM == Fraction(1, 10**18)
+
+
+def test_analytic_gaussian_meets_delta_and_is_tight():
+    sens, eps, delta = 1.0, 1.0, 1e-5
+    sigma = analytic_gaussian_sigma(sens, eps, delta)
+
+    def achieved(s: float) -> float:
+        return stats.norm.cdf(sens / (2 * s) - eps * s / sens) - math.exp(eps) * stats.norm.cdf(
+            -sens / (2 * s) - eps * s / sens)
+
+    assert achieved(sigma) <= delta
+    assert achieved(sigma * (1 - 1e-6)) > delta
+    # Balle & Wang: tighter than the classical sqrt(2 ln(1.25/delta)) / eps calibration.
+    assert sigma < math.sqrt(2 * math.log(1.25 / delta)) / eps
+
+
+def test_simple_calibrations():
+    assert laplace_scale(1, "0.1") == 10
+    assert gaussian_sigma(1, 0.5) >= 1.0
+    assert gaussian_sigma(1, 0.5) == pytest.approx(1.0)

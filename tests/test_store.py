@@ -1,0 +1,150 @@
+"""The governed store: creation, migrations, hardening, imports, locking, bad files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import duckdb
+import pytest
+
+import dpsql
+from dpsql.errors import ConfigurationError, PolicyError, StoreError
+from dpsql.policy import Policy
+from dpsql.store import SCHEMA_VERSION, Store, normalize_name
+
+from .conftest import ADULT_POLICY, ADULT_SAMPLE, policy_text
+
+
+def test_create_records_schema_version_and_secret(store_path):
+    with Store.open(store_path) as store:
+        meta = dict(store.cursor().execute("SELECT key, value FROM dpsql.meta").fetchall())
+        assert meta["schema_version"] == str(SCHEMA_VERSION)
+        assert len(meta["secret"]) == 64
+        assert store.tables() == ["adult"]
+        assert store.active_policy().fingerprint == Policy.load(ADULT_POLICY).fingerprint
+
+
+def test_open_is_shared_within_a_process(store_path):
+    a = Store.open(store_path)
+    b = Store.open(store_path)
+    assert a is b
+    a.close()
+    assert b.cursor().execute("SELECT 1").fetchone() == (1,)
+    b.close()
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT * FROM read_csv('/etc/passwd')",
+    "COPY adult TO '/tmp/leak.csv'",
+    "ATTACH '/tmp/other.duckdb'",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "SET enable_external_access = true",
+    "SET threads = 1",
+])
+def test_every_connection_is_hardened(store_path, statement):
+    with Store.open(store_path) as store:
+        with pytest.raises(duckdb.Error):
+            store.analyst_cursor().execute(statement)
+
+
+def test_second_process_gets_a_clear_error(store_path):
+    code = textwrap.dedent(f"""
+        import dpsql, sys
+        from dpsql.store import Store
+        try:
+            Store.open({str(store_path)!r})
+        except dpsql.StoreError as err:
+            print(err); sys.exit(9)
+    """)
+    with Store.open(store_path):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=60)
+    assert result.returncode == 9, result.stderr
+    assert "open for writing by another process" in result.stdout
+
+
+def test_foreign_duckdb_file_is_refused(tmp_path):
+    path = tmp_path / "foreign.duckdb"
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE t AS SELECT 1 AS x")
+    con.close()
+    with pytest.raises(StoreError, match="not a dpsql store"):
+        Store.open(path)
+
+
+def test_corrupt_file_is_refused(tmp_path):
+    path = tmp_path / "corrupt.duckdb"
+    path.write_bytes(b"this is not a database" * 1000)
+    with pytest.raises(StoreError, match="not a readable DuckDB database"):
+        Store.open(path)
+
+
+def test_missing_store_says_how_to_create(tmp_path):
+    with pytest.raises(StoreError, match="dpsql init"):
+        Store.open(tmp_path / "nope.duckdb")
+
+
+def test_newer_schema_is_refused(store_path):
+    with Store.open(store_path) as store:
+        store.cursor().execute("UPDATE dpsql.meta SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match="upgrade dpsql"):
+        Store.open(store_path)
+
+
+def test_import_normalizes_names_and_refuses_overwrite(store_path, tmp_path):
+    csv = tmp_path / "t.csv"
+    csv.write_text("Income>50K,Hours per week\n1,40\n0,20\n")
+    with Store.open(store_path) as store:
+        renames = store.import_table("extra", csv)
+        assert renames == {"Income>50K": "income_50k", "Hours per week": "hours_per_week"}
+        assert list(store.table_columns("extra")) == ["income_50k", "hours_per_week"]
+        with pytest.raises(ConfigurationError, match="--replace"):
+            store.import_table("extra", csv)
+        with pytest.raises(ConfigurationError, match="valid identifier"):
+            store.import_table("bad name", csv)
+    assert normalize_name("2019 total") == "c_2019_total"
+
+
+def test_import_reads_na_as_null(store_path, tmp_path):
+    csv = tmp_path / "n.csv"
+    csv.write_text("a,b\nN,1\n2,N\n")
+    with Store.open(store_path) as store:
+        store.import_table("n", csv, na="N")
+        rows = store.cursor().execute("SELECT a, b FROM n ORDER BY b NULLS LAST").fetchall()
+    assert rows == [(None, 1), (2, None)]
+
+
+def test_policy_must_match_the_tables(store_path):
+    with Store.open(store_path) as store:
+        missing_col = Policy.from_text(policy_text(columns="\n      salary: {type: float, "
+                                                   "bounds: [0, 1]}"))
+        with pytest.raises(PolicyError, match="has no such column"):
+            store.check_policy(missing_col)
+        wrong_type = Policy.from_text(policy_text(columns="\n      sex: {type: categorical, "
+                                                  "values: ['M', 'F']}"))
+        with pytest.raises(PolicyError, match="values must be numbers"):
+            store.check_policy(wrong_type)
+        notes = store.check_policy(Policy.from_text(policy_text()))
+        assert any("hidden" in n and "workclass" in n for n in notes)
+
+
+def test_failed_init_leaves_nothing(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text(policy_text(columns="\n      salary: {type: float, bounds: [0, 1]}"))
+    target = tmp_path / "s.duckdb"
+    with pytest.raises(PolicyError):
+        dpsql.init(target, bad, {"adult": ADULT_SAMPLE})
+    assert not target.exists()
+
+
+def test_policy_history_keeps_every_version(admin, tmp_path):
+    new = tmp_path / "new.yaml"
+    new.write_text(ADULT_POLICY.read_text().replace("adult: {epsilon: 2}", "adult: {epsilon: 3}"))
+    changes = admin.apply_policy(new)
+    assert any("users.alice.budgets.adult.epsilon: 2 -> 3" in c for c in changes)
+    history = admin.store.policy_history()
+    assert [h["version"] for h in history] == [1, 2]
+    assert admin.policy.users["alice"].budgets["adult"] == admin.cost(epsilon=3)
