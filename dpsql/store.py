@@ -20,6 +20,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +158,7 @@ class Store:
             store = cls(resolved, _connect(resolved))
             try:
                 store._migrate(create)
+                store._install_udfs()
             except BaseException:
                 store._con.close()
                 raise
@@ -205,6 +207,16 @@ class Store:
                 if number == 1:
                     cur.execute("INSERT INTO dpsql.meta VALUES ('secret', ?), ('created_at', ?)",
                                 [secrets.token_hex(32), now().isoformat()])
+
+    def _install_udfs(self) -> None:
+        """(Re)create the SQL macros shipped in ``dpsql/udfs/*.sql`` (schema ``udfs``)."""
+        files = sorted(p for p in resources.files("dpsql").joinpath("udfs").iterdir()
+                       if p.name.endswith(".sql"))
+        with self.transaction() as cur:
+            cur.execute("CREATE SCHEMA IF NOT EXISTS udfs")
+            for file in files:
+                for statement in _statements(file.read_text("utf-8")):
+                    cur.execute(statement)
 
     # -- connections --------------------------------------------------------------
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -351,6 +363,12 @@ class Store:
         ).fetchall()
         keys = ("version", "fingerprint", "applied_by", "applied_at", "changes")
         return [dict(zip(keys, r)) for r in rows]
+
+
+def _statements(script: str) -> list[str]:
+    """Split a macro file into statements (``;`` at a line end ends one; ``--`` comments)."""
+    lines = [line for line in script.splitlines() if not line.strip().startswith("--")]
+    return [part.strip() for part in "\n".join(lines).split(";\n") if part.strip(" ;\n")]
 
 
 def _check_type(where: str, col_type: str, sql_type: str, values: tuple[Any, ...] | None) -> None:
