@@ -38,6 +38,7 @@ class Budget:
         return mine if mine <= theirs else theirs
 
     def as_dict(self, delta: float | None = None) -> dict[str, Any]:
+        """JSON-able form with both units."""
         return {
             "user": self.user,
             "dataset": self.dataset,
@@ -161,8 +162,8 @@ class Ledger:
         left = standing.dataset_total - standing.dataset_spent
         if cost > left:
             return (f"requested {cost.describe(delta)} on {standing.dataset}, but the dataset's "
-                    f"total budget has {left.describe(delta, budget=True)} left; an administrator can raise "
-                    "it in the policy (dpsql policy apply)")
+                    f"total budget has {left.describe(delta, budget=True)} left; an "
+                    "administrator can raise it in the policy (dpsql policy apply)")
         return None
 
     def record(self, user: str, dataset: str | None, statement: str, outcome: str,
@@ -223,7 +224,7 @@ class Ledger:
                 "infinite", "outcome", "reason", "fingerprint")
         out = []
         for row in reversed(rows):
-            entry = dict(zip(keys, row))
+            entry = dict(zip(keys, row, strict=False))
             kind, units, infinite = entry.pop("kind"), entry.pop("units"), entry.pop("infinite")
             entry["cost"] = PrivacyCost(kind, int(units), bool(infinite)) if kind else None
             out.append(entry)
