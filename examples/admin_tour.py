@@ -34,13 +34,15 @@ def main() -> None:
             try:
                 while True:
                     charge = ledger.charge("bob", "adult", cost, "example charge")
-                    print("charged; left:", charge.remaining.describe(bob.policy.delta, budget=True))
+                    left = charge.remaining.describe(bob.policy.delta, budget=True)
+                    print("charged; left:", left)
             except BudgetExceeded as err:
                 print("refused:", err)
 
         with dpsql.connect(path, "admin") as admin:
             standing = admin.grant("bob", "adult", epsilon=1)
-            print("after grant bob has", standing.remaining.describe(admin.policy.delta, budget=True))
+            left = standing.remaining.describe(admin.policy.delta, budget=True)
+            print("after grant bob has", left)
             for entry in admin.audit(last=4):
                 print(entry["id"], entry["user"], entry["action"], entry["outcome"])
 
