@@ -163,7 +163,7 @@ def _encoded(source: duckdb.DuckDBPyRelation, domain: Domain) -> np.ndarray:
            f"{domain.encode_sql('_bounded')}")
     relation = source.query("_dpsql_source", sql)
     assert relation is not None
-    table = relation.fetch_arrow_table()
+    table = relation.to_arrow_table()
     out = np.empty((table.num_rows, table.num_columns), dtype=np.int64)
     for j in range(table.num_columns):
         column = pc.fill_null(table.column(j).cast(pa.int64()), EMPTY)

@@ -166,6 +166,23 @@ def _draw(groups: np.ndarray, weights: np.ndarray, n_groups: int,
     return np.minimum(pick, max(len(w) - 1, 0)), ok
 
 
+def _over_allowance(chosen: np.ndarray, allowance: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Records whose drawn item ran out of allowance within this step (they draw again).
+
+    All records of a batch draw at once; of those that drew the same item only
+    as many as its remaining allowance (rounded up) keep it, chosen at random.
+    """
+    rows = np.flatnonzero(chosen != EMPTY)
+    order = rows[np.lexsort((rng.random(len(rows)), chosen[rows]))]
+    items = chosen[order]
+    first = np.searchsorted(items, items, side="left")
+    rank = np.arange(len(order)) - first
+    wait = np.zeros(len(chosen), dtype=bool)
+    wait[order] = rank >= np.ceil(allowance[items])
+    return wait
+
+
 @dataclass(frozen=True)
 class _Pairs:
     """(record, candidate item) pairs still open, sorted by record, with their weight state.
@@ -181,8 +198,19 @@ class _Pairs:
     direct: np.ndarray
 
     def take(self, which: np.ndarray) -> _Pairs:
+        """The pairs selected by a mask or an index array."""
         return _Pairs(self.owner[which], self.cand[which], self.top[which], self.count[which],
                       self.direct[which])
+
+    @staticmethod
+    def join(parts: list[_Pairs]) -> _Pairs:
+        """Concatenate pairs of disjoint records, sorted by record again."""
+        owner = np.concatenate([p.owner for p in parts])
+        order = np.argsort(owner, kind="stable")
+        return _Pairs(owner[order], np.concatenate([p.cand for p in parts])[order],
+                      np.concatenate([p.top for p in parts])[order],
+                      np.concatenate([p.count for p in parts])[order],
+                      np.concatenate([p.direct for p in parts])[order])
 
 
 @dataclass
@@ -280,14 +308,16 @@ class Synthesizer:
             w = np.where(within, state.direct,
                          _percentile(state.top, state.count, self.q, self.descending))
             pick, ok = _draw(state.owner, w, n, rng)
-            chosen = np.where(ok, state.cand[pick], EMPTY)
-            grow = np.flatnonzero(ok)
-            if not len(grow):
+            if not ok.any():
                 break
+            chosen = np.where(ok, state.cand[pick], EMPTY)
+            wait = _over_allowance(chosen, allowance, rng) if respect_allowance else ~ok
+            grow = np.flatnonzero(ok & ~wait)
             x = chosen[grow]
             other = items.column[state.cand] != items.column[np.maximum(chosen, 0)[state.owner]]
-            state = state.take(ok[state.owner] & other)
-            state = self._extend(state, chosen, batch, length, weights)
+            moved = self._extend(state.take((ok & ~wait)[state.owner] & other), chosen, batch,
+                                 length, weights)
+            state = _Pairs.join([moved, state.take((ok & wait)[state.owner])])
             batch.add(grow, x, items.column[x])
             np.subtract.at(allowance, x, 1)
 
