@@ -360,7 +360,7 @@ def test_privacy_unit_scales_the_sensitivity(tmp_path: Path) -> None:
     try:
         source, domain = source_and_domain(store)
         assert domain.max_rows == 2
-        part = split_budget(budget(), settings(), count_rows=True)[2]
+        part = split_budget(budget(), settings(sigma_proportions=SDS().sigmas), count_rows=True)[2]
         fitted = SDS().fit(source, domain, budget(), np.random.default_rng(0))
         for step, rho_k in zip(fitted.describe()["lengths"], part, strict=True):
             want = 4 * step["allowed_sensitivity"] / (2 * float(rho_k.value))  # m^2 s_k / 2 rho_k

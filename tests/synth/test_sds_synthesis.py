@@ -103,6 +103,7 @@ def test_relaxed_records_are_counted(fitted: FittedSDS) -> None:
     diagnostics = fitted.diagnostics
     filled = diagnostics["cells_filled"]
     assert sum(filled.values()) == fitted.rows * fitted.items.columns
+    assert list(filled) == ["length_3", "length_2", "length_1", "without_allowance"]
     assert filled["length_3"] > filled["length_2"] + filled["length_1"]
     relaxed = filled["length_2"] + filled["length_1"] + filled["without_allowance"]
     assert 0 <= diagnostics["records_outside_aggregates"] <= relaxed

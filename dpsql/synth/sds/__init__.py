@@ -49,8 +49,8 @@ class SDS:
     - ``percentile_epsilon_proportion`` (0.01): budget share of those percentiles.
     - ``number_of_records_epsilon_proportion`` (0.005): budget share of the noisy
       record count (unused when the policy makes the row count public).
-    - ``sigma_proportions`` (1, 1/2, ..., 1/R): relative noise per length; smaller
-      means more budget for that length.
+    - ``sigma_proportions`` (1, 1, ..., 1): relative noise per length; smaller means
+      more budget for that length (pac-synth's default is 1, 1/2, ..., 1/R).
     - ``threshold_type`` (adaptive) and ``thresholds``: per length, ``fixed`` counts a
       tuple must exceed, or ``adaptive`` eta_k in (0, 1]: a combination absent from
       the data survives with probability about eta_k / 2.
@@ -106,10 +106,10 @@ class SDS:
 
     @property
     def sigmas(self) -> tuple[float, ...]:
-        """The sigma proportions in force (default 1, 1/2, ..., 1/R)."""
+        """The sigma proportions in force (default 1 for every length)."""
         if self.sigma_proportions is not None:
             return tuple(float(p) for p in self.sigma_proportions)
-        return tuple(1 / k for k in range(1, self.reporting_length + 1))
+        return (1.0,) * self.reporting_length
 
     @property
     def levels(self) -> tuple[float, ...]:

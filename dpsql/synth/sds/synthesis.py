@@ -64,6 +64,7 @@ class Weights:
         self.length = len(levels)
         self.scale = scale
         self.use_synthetic = use_synthetic_counts
+        self.quotas = use_synthetic_counts  # whether weights subtract the synthetic counts now
         self.counts = [np.append(lv.table.values.astype(np.float64), 0.0) for lv in levels]
         self.used = [np.zeros(len(lv.table) + 1) for lv in levels]
         self.single = (levels[0].table.get(np.arange(items.count)).astype(np.float64)
@@ -90,7 +91,7 @@ class Weights:
         """
         k = tuples.shape[-1]
         pos = self.positions(tuples)
-        if not self.use_synthetic:
+        if not (self.use_synthetic and self.quotas):
             return self.counts[k - 1][pos]
         return self.counts[k - 1][pos] * self.scale - self.used[k - 1][pos]
 
@@ -255,24 +256,21 @@ class Synthesizer:
         allowance = weights.single * weights.scale
         batch = max(16, min(4096, PAIRS_PER_BATCH // max(self.items.count, 1)))
         out = np.full((n, d), EMPTY, dtype=np.int64)
-        filled = {f"length_{k}": 0 for k in range(self.length, 0, -1)}
-        filled["without_allowance"] = 0
+        stages = self.stages()
+        filled = {name: 0 for name, *_ in stages}
         outside = 0
         done = 0
         while done < n:
             size = min(batch, n - done)
             state = _Batch.empty(size, d)
             relaxed = np.zeros(size, dtype=bool)
-            for k in range(self.length, 0, -1):
+            for name, length, quotas, respect_allowance in stages:
                 before = state.size.copy()
-                self._grow(state, k, weights, allowance, rng, respect_allowance=True)
-                filled[f"length_{k}"] += int((state.size - before).sum())
-                if k < self.length:
+                weights.quotas = quotas
+                self._grow(state, length, weights, allowance, rng, respect_allowance)
+                filled[name] += int((state.size - before).sum())
+                if length < self.length or not respect_allowance:
                     relaxed |= state.size > before
-            before = state.size.copy()
-            self._grow(state, 1, weights, allowance, rng, respect_allowance=False)
-            filled["without_allowance"] += int((state.size - before).sum())
-            relaxed |= state.size > before
             outside += weights.finish(state.record, relaxed)
             out[done:done + size] = state.record
             done += size
@@ -280,6 +278,16 @@ class Synthesizer:
                 progress("sds: synthesis", done, n)
         return out, {"cells_filled": filled, "records_outside_aggregates": outside,
                      "empty_cells": int((out == EMPTY).sum())}
+
+    def stages(self) -> list[tuple[str, int, bool, bool]]:
+        """The loop's passes: (name, reporting length, synthetic counts, allowances).
+
+        SDS itself, then the same rules at shorter lengths, then the never-empty
+        columns without allowances.
+        """
+        synthetic = self.options.use_synthetic_counts
+        passes = [(f"length_{k}", k, synthetic, True) for k in range(self.length, 0, -1)]
+        return [*passes, ("without_allowance", 1, False, False)]
 
     # ------------------------------------------------------------------ the loop
 
@@ -332,7 +340,7 @@ class Synthesizer:
         if not respect_allowance:  # the last pass: any value, by its count
             first = np.maximum(weights.single, 1e-9)
         else:
-            first = allowance if weights.use_synthetic else weights.single
+            first = allowance if (weights.use_synthetic and weights.quotas) else weights.single
         usable = first > 0
         if respect_allowance:
             usable &= allowance > 0
