@@ -1,0 +1,330 @@
+"""Answer every statement an analyst sends: the one router all front ends share.
+
+``run_statement`` handles DP SELECTs, ``SET``/``RESET``/``SHOW dpsql.*``,
+``SHOW dpsql.budget`` and ``SELECT * FROM dpsql_budget()``, ``EXPLAIN PRIVACY``
+and read-only queries over ``released.*`` tables. A DP query goes: parse and
+validate -> plan -> calibrate noise (refusals cost nothing) -> cache lookup ->
+**charge** -> run the generated SQL -> expand the public keys -> add noise ->
+store the noisy measures -> post-process. The ledger charges before any
+private value is computed; a failure after the charge keeps the charge and
+records a reason that does not depend on the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.errors import DPSQLError, InternalError, QueryRejected
+from dpsql.policy import Dataset
+from dpsql.privacy import PrivacyCost
+from dpsql.query import cache, meta
+from dpsql.query.dialect import reject
+from dpsql.query.engine import DuckDBEngine, Engine, EngineError
+from dpsql.query.mechanisms import Noise
+from dpsql.query.model import QueryPlan
+from dpsql.query.options import confidence, query_cost, reset_option, set_option
+from dpsql.query.parse import plan_query
+from dpsql.query.plan import Context, calibrate, expand_public_keys, to_sql
+from dpsql.query.post import answer_table, base_table
+from dpsql.query.released import check_released, reads_released
+from dpsql.query.statement import (
+    ExplainStatement,
+    QueryStatement,
+    ResetStatement,
+    SetStatement,
+    ShowStatement,
+    classify,
+)
+
+if TYPE_CHECKING:
+    from dpsql.session import Session
+
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The result of one statement, ready for any front end.
+
+    ``table``: the rows. ``kind``: dp, released, explain, set, show or budget.
+    ``cost``: what this statement was charged (zero when free). ``remaining``:
+    the caller's budget left on ``dataset`` (DP answers). ``cached``: a repeat
+    served from the cache. ``columns``: per output column, how it was computed
+    (mechanism, scale, expected error, cost share). ``notice``: one line for
+    the analyst (cost in both units, budget left). ``status``: the command tag.
+    """
+
+    table: pa.Table
+    kind: str
+    cost: PrivacyCost
+    remaining: PrivacyCost | None = None
+    dataset: str | None = None
+    cached: bool = False
+    columns: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    notice: str | None = None
+    status: str = ""
+    audit_id: int | None = None
+
+    def to_pandas(self) -> Any:
+        """The rows as a pandas DataFrame."""
+        return self.table.to_pandas()
+
+    def as_dict(self, delta: float | None = None) -> dict[str, Any]:
+        """JSON-able form: rows, cost, remaining budget and per-column accuracy."""
+        return {
+            "kind": self.kind, "status": self.status, "dataset": self.dataset,
+            "cost": self.cost.as_dict(delta),
+            "remaining": self.remaining.as_dict(delta) if self.remaining else None,
+            "cached": self.cached, "notice": self.notice,
+            "columns": dict(self.columns), "rows": self.table.to_pylist(),
+        }
+
+
+def engine_for(session: Session) -> Engine:
+    """The engine that runs generated SQL for ``session``'s store."""
+    return DuckDBEngine(session.store)
+
+
+def run_statement(session: Session, text: str) -> Answer:
+    """Answer one statement as ``session``'s user; rejections are audited and re-raised."""
+    try:
+        statement = classify(text)
+        if isinstance(statement, SetStatement):
+            set_option(session.options, statement.name, statement.value)
+            return _empty("set", "SET", session)
+        if isinstance(statement, ResetStatement):
+            reset_option(session.options, statement.name)
+            return _empty("set", "RESET", session)
+        if isinstance(statement, ShowStatement):
+            return _show(session, statement.name, text)
+        if isinstance(statement, ExplainStatement):
+            inner = classify(statement.text)
+            if not isinstance(inner, QueryStatement) or reads_released(inner.ast) \
+                    or _budget_call(inner.ast):
+                raise reject(text, "EXPLAIN PRIVACY takes a DP query", statement.offset,
+                             construct="EXPLAIN PRIVACY",
+                             advice="EXPLAIN PRIVACY SELECT COUNT(*) FROM <dataset> ...")
+            return _explain(session, inner.ast, statement.text, text)
+        return _query(session, statement.ast, text)
+    except QueryRejected as err:
+        session.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
+        raise
+
+
+def _empty(kind: str, status: str, session: Session) -> Answer:
+    return Answer(pa.table({}), kind, PrivacyCost.zero(session.policy.accounting),
+                  status=status)
+
+
+def _budget_call(ast: exp.Expr) -> bool:
+    source = ast.args.get("from_") if isinstance(ast, exp.Select) else None
+    table = source.this if source is not None else None
+    return isinstance(table, exp.Table) and isinstance(table.this, exp.Anonymous) \
+        and table.this.name.lower() == "dpsql_budget"
+
+
+def _show(session: Session, name: str, text: str) -> Answer:
+    lowered = name.lower()
+    zero = PrivacyCost.zero(session.policy.accounting)
+    if lowered == "dpsql.budget":
+        return Answer(meta.budget_table(session), "budget", zero, status="SHOW")
+    if lowered in ("all", "dpsql.all"):
+        return Answer(meta.all_options(session), "show", zero, status="SHOW")
+    if lowered == "dpsql.datasets":
+        return Answer(meta.datasets_table(session), "show", zero, status="SHOW")
+    if lowered == "dpsql.released":
+        return Answer(meta.released_table(session), "show", zero, status="SHOW")
+    from dpsql.query.options import option_name
+
+    try:
+        short = option_name(name)
+    except QueryRejected as err:
+        raise reject(text, f"SHOW {name} is not available", 0, construct="SHOW",
+                     advice="SHOW dpsql.<option>, dpsql.budget, dpsql.datasets, "
+                     "dpsql.released or ALL") from err
+    return Answer(meta.option_rows(session, [short]), "show", zero, status="SHOW")
+
+
+def _query(session: Session, ast: exp.Expr, text: str) -> Answer:
+    zero = PrivacyCost.zero(session.policy.accounting)
+    if _budget_call(ast):
+        assert isinstance(ast, exp.Select)
+        extra = [k for k, v in ast.args.items() if v and k not in ("expressions", "from_")]
+        if extra or not all(isinstance(e, exp.Star) for e in ast.expressions):
+            raise reject(text, "dpsql_budget() is read with SELECT * FROM dpsql_budget()", ast,
+                         construct="dpsql_budget()", advice="SELECT * FROM dpsql_budget()")
+        table = meta.budget_table(session)
+        return Answer(table, "budget", zero, status=f"SELECT {table.num_rows}")
+    if reads_released(ast) or ast.find(exp.From) is None:
+        return _released(session, ast, text)
+    return _dp(session, ast, text)
+
+
+def _released(session: Session, ast: exp.Expr, text: str) -> Answer:
+    check_released(ast, text, meta.released_names(session))
+    try:
+        table = engine_for(session).execute(ast)
+    except EngineError as err:
+        # Released tables are DP already, so the database's message may be shown.
+        raise QueryRejected(f"the query on released tables failed: {err.message}",
+                            construct="query", advice="check the column names (SHOW "
+                            "dpsql.released lists the tables)") from err
+    audit = session.ledger.record(session.user, None, text, "answered", action="released")
+    return Answer(table, "released", PrivacyCost.zero(session.policy.accounting),
+                  status=f"SELECT {table.num_rows}", audit_id=audit)
+
+
+# -- DP queries --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    plan: QueryPlan
+    cost: PrivacyCost
+    noises: tuple[Noise, ...]
+    sql: exp.Select
+    key: str
+
+
+def _prepare(session: Session, ast: exp.Expr, text: str) -> _Prepared:
+    """Everything up to the charge: validate, price, calibrate, generate and check the SQL."""
+    policy = session.policy
+    store = session.store
+
+    def types_of(dataset: Dataset) -> dict[str, str]:
+        return store.table_columns(dataset.table)
+
+    plan = plan_query(ast, text, policy, types_of)
+    if not plan.measures:
+        raise reject(text, "a DP query needs at least one aggregate", ast,
+                     construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
+    cost = query_cost(policy, plan.dataset, session.options, plan.options or {})
+    ctx = Context(store.secret, types_of(plan.dataset))
+    noises = calibrate(plan, cost, policy.accounting, ctx)
+    sql = to_sql(plan, ctx)
+    try:
+        engine_for(session).check(sql)
+    except EngineError as err:
+        raise InternalError("dpsql generated a query the database cannot plan; this is a "
+                            "bug in dpsql, please report it with your query") from err
+    key = cache.cache_key(session.user, policy.fingerprint, plan, cost)
+    return _Prepared(plan, cost, noises, sql, key)
+
+
+def _dp(session: Session, ast: exp.Expr, text: str) -> Answer:
+    prepared = _prepare(session, ast, text)
+    plan, store, policy = prepared.plan, session.store, session.policy
+    dataset = plan.dataset.name
+    stored = cache.lookup(store, prepared.key)
+    if stored is not None:
+        audit = session.ledger.record(
+            session.user, dataset, text, "cached", cost=PrivacyCost.zero(policy.accounting),
+            reason=f"same measurement as request {stored.audit_id}")
+        remaining = session.ledger.budget(session.user, dataset).remaining
+        notice = (f"dpsql: {dataset}: repeated query answered from the cache at no cost "
+                  f"(first answered in request {stored.audit_id}); remaining "
+                  f"{meta.both_units(remaining, policy.delta, budget=True)}")
+        return _answer(session, plan, stored.noises, stored.measures,
+                       PrivacyCost.zero(policy.accounting), remaining, notice, True, audit)
+    charge = session.ledger.charge(session.user, dataset, prepared.cost, text)
+    try:
+        sparse = engine_for(session).execute(prepared.sql)
+        dense = expand_public_keys(plan, sparse)
+        noisy = [n.apply(d) for n, d in zip(prepared.noises, dense)]
+        cache.save(store, prepared.key, session.user, plan, policy.fingerprint, charge.id,
+                   prepared.noises, noisy)
+        kept = cache.lookup(store, prepared.key)  # a concurrent twin's numbers win
+        if kept is not None:
+            noisy = kept.measures
+    except BaseException as err:
+        session.ledger.finish(charge.id, "failed", reason="the generated query did not "
+                              "complete; the charge stands")
+        if isinstance(err, DPSQLError):
+            raise
+        raise InternalError("the query failed after it was charged; this is a bug in dpsql, "
+                            "please report it with your query") from None
+    session.ledger.finish(charge.id, "answered")
+    notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
+              f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
+    return _answer(session, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
+                   notice, False, charge.id)
+
+
+def _answer(session: Session, plan: QueryPlan, noises: tuple[Noise, ...],
+            noisy: list[np.ndarray], cost: PrivacyCost, remaining: PrivacyCost, notice: str,
+            cached: bool, audit_id: int) -> Answer:
+    level = confidence(session.options)
+    table = answer_table(plan, base_table(plan, noisy, noises, level), level)
+    return Answer(table, "dp", cost, remaining, plan.dataset.name, cached,
+                  column_info(plan, noises, session.policy.delta, level), notice,
+                  f"SELECT {table.num_rows}", audit_id)
+
+
+def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
+                level: float | None) -> dict[str, dict[str, Any]]:
+    """How each output column was computed: public key, noisy aggregate or post-processing."""
+    level = level or DEFAULT_CONFIDENCE
+    info: dict[str, dict[str, Any]] = {}
+    for output in plan.outputs:
+        if output.key is not None:
+            key = plan.keys[output.key]
+            info[output.name] = {"kind": "key", "column": key.column, "public": True,
+                                 "groups": key.size}
+        elif output.aggregate is not None:
+            agg = plan.aggregates[output.aggregate]
+            parts = [noises[m] for m in agg.measures]
+            entry: dict[str, Any] = {"kind": "aggregate", "aggregate": agg.label}
+            if agg.func == "avg":
+                total = parts[0].cost + parts[1].cost
+                entry.update(mechanism=parts[0].mechanism, cost=total.as_dict(delta),
+                             sum=parts[0].describe(delta, level),
+                             count=parts[1].describe(delta, level),
+                             note="noisy sum / noisy count; its error depends on the count")
+            else:
+                entry.update(parts[0].describe(delta, level))
+            info[output.name] = entry
+        else:
+            used = sorted({plan.aggregates[int(c.name[2:])].label
+                           for c in output.expr.find_all(exp.Column) if c.name.startswith("_a")})
+            info[output.name] = {"kind": "post-processing", "uses": used}
+    return info
+
+
+def _explain(session: Session, ast: exp.Expr, inner: str, text: str) -> Answer:
+    prepared = _prepare(session, ast, inner)
+    plan, policy = prepared.plan, session.policy
+    level = confidence(session.options) or DEFAULT_CONFIDENCE
+    info = column_info(plan, prepared.noises, policy.delta, level)
+    rows: dict[str, list[Any]] = {k: [] for k in (
+        "column", "aggregate", "mechanism", "cost", "scale", "std", "ci_halfwidth",
+        "confidence")}
+    for j, agg in enumerate(plan.aggregates):
+        for m, part in zip(agg.measures, ("sum", "count") if agg.func == "avg" else ("",)):
+            noise_ = prepared.noises[m]
+            names = [o.name for o in plan.outputs if o.aggregate == j]
+            rows["column"].append(", ".join(names) or "(HAVING/ORDER BY)")
+            rows["aggregate"].append(agg.label + (f" [{part}]" if part else ""))
+            rows["mechanism"].append(noise_.mechanism)
+            rows["cost"].append(meta.both_units(noise_.cost, policy.delta))
+            rows["scale"].append(noise_.scale)
+            rows["std"].append(noise_.std())
+            rows["ci_halfwidth"].append(noise_.halfwidth(level))
+            rows["confidence"].append(level)
+    table = pa.table({k: pa.array(v) if v else pa.array([], pa.string()) for k, v in rows.items()})
+    cached = cache.lookup(session.store, prepared.key) is not None
+    remaining = session.ledger.budget(session.user, plan.dataset.name).remaining
+    would = "nothing (a repeat: answered from the cache)" if cached else \
+        meta.both_units(prepared.cost, policy.delta)
+    notice = (f"dpsql: {plan.dataset.name}: this query would cost {would}; split equally "
+              f"over {len(plan.measures)} measurement(s); {plan.cells} public group(s); "
+              f"remaining {meta.both_units(remaining, policy.delta, budget=True)}")
+    audit = session.ledger.record(session.user, plan.dataset.name, text, "explained",
+                                  action="explain")
+    return Answer(table, "explain", PrivacyCost.zero(policy.accounting), remaining,
+                  plan.dataset.name, cached, info, notice, "EXPLAIN", audit)
