@@ -21,14 +21,21 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.errors import DPSQLError, InternalError, QueryRejected
-from dpsql.policy import Dataset
+from dpsql.ledger import Ledger
+from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost
 from dpsql.query import cache, meta
 from dpsql.query.dialect import reject
 from dpsql.query.engine import DuckDBEngine, Engine, EngineError
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import QueryPlan
-from dpsql.query.options import confidence, query_cost, reset_option, set_option
+from dpsql.query.options import (
+    confidence,
+    option_name,
+    query_cost,
+    reset_option,
+    set_option,
+)
 from dpsql.query.parse import plan_query
 from dpsql.query.plan import Context, calibrate, expand_public_keys, to_sql
 from dpsql.query.post import answer_table, base_table
@@ -91,18 +98,38 @@ def engine_for(session: Session) -> Engine:
     return DuckDBEngine(session.store)
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One statement's view of the session: the policy in force when it arrived."""
+
+    session: Session
+    policy: Policy
+    ledger: Ledger
+    engine: Engine
+
+    @property
+    def user(self) -> str:
+        return self.session.user
+
+    @property
+    def zero(self) -> PrivacyCost:
+        return PrivacyCost.zero(self.policy.accounting)
+
+
 def run_statement(session: Session, text: str) -> Answer:
     """Answer one statement as ``session``'s user; rejections are audited and re-raised."""
+    policy = session.policy
+    call = _Call(session, policy, Ledger(session.store, policy), engine_for(session))
     try:
         statement = classify(text)
         if isinstance(statement, SetStatement):
             set_option(session.options, statement.name, statement.value)
-            return _empty("set", "SET", session)
+            return Answer(pa.table({}), "set", call.zero, status="SET")
         if isinstance(statement, ResetStatement):
             reset_option(session.options, statement.name)
-            return _empty("set", "RESET", session)
+            return Answer(pa.table({}), "set", call.zero, status="RESET")
         if isinstance(statement, ShowStatement):
-            return _show(session, statement.name, text)
+            return _show(call, statement.name, text)
         if isinstance(statement, ExplainStatement):
             inner = classify(statement.text)
             if not isinstance(inner, QueryStatement) or reads_released(inner.ast) \
@@ -110,16 +137,11 @@ def run_statement(session: Session, text: str) -> Answer:
                 raise reject(text, "EXPLAIN PRIVACY takes a DP query", statement.offset,
                              construct="EXPLAIN PRIVACY",
                              advice="EXPLAIN PRIVACY SELECT COUNT(*) FROM <dataset> ...")
-            return _explain(session, inner.ast, statement.text, text)
-        return _query(session, statement.ast, text)
+            return _explain(call, inner.ast, statement.text, text)
+        return _query(call, statement.ast, text)
     except QueryRejected as err:
-        session.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
+        call.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
         raise
-
-
-def _empty(kind: str, status: str, session: Session) -> Answer:
-    return Answer(pa.table({}), kind, PrivacyCost.zero(session.policy.accounting),
-                  status=status)
 
 
 def _budget_call(ast: exp.Expr) -> bool:
@@ -129,9 +151,9 @@ def _budget_call(ast: exp.Expr) -> bool:
         and table.this.name.lower() == "dpsql_budget"
 
 
-def _show(session: Session, name: str, text: str) -> Answer:
+def _show(call: _Call, name: str, text: str) -> Answer:
+    session, zero = call.session, call.zero
     lowered = name.lower()
-    zero = PrivacyCost.zero(session.policy.accounting)
     if lowered == "dpsql.budget":
         return Answer(meta.budget_table(session), "budget", zero, status="SHOW")
     if lowered in ("all", "dpsql.all"):
@@ -140,8 +162,6 @@ def _show(session: Session, name: str, text: str) -> Answer:
         return Answer(meta.datasets_table(session), "show", zero, status="SHOW")
     if lowered == "dpsql.released":
         return Answer(meta.released_table(session), "show", zero, status="SHOW")
-    from dpsql.query.options import option_name
-
     try:
         short = option_name(name)
     except QueryRejected as err:
@@ -151,33 +171,32 @@ def _show(session: Session, name: str, text: str) -> Answer:
     return Answer(meta.option_rows(session, [short]), "show", zero, status="SHOW")
 
 
-def _query(session: Session, ast: exp.Expr, text: str) -> Answer:
-    zero = PrivacyCost.zero(session.policy.accounting)
+def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
     if _budget_call(ast):
         assert isinstance(ast, exp.Select)
         extra = [k for k, v in ast.args.items() if v and k not in ("expressions", "from_")]
         if extra or not all(isinstance(e, exp.Star) for e in ast.expressions):
             raise reject(text, "dpsql_budget() is read with SELECT * FROM dpsql_budget()", ast,
                          construct="dpsql_budget()", advice="SELECT * FROM dpsql_budget()")
-        table = meta.budget_table(session)
-        return Answer(table, "budget", zero, status=f"SELECT {table.num_rows}")
+        table = meta.budget_table(call.session)
+        return Answer(table, "budget", call.zero, status=f"SELECT {table.num_rows}")
     if reads_released(ast) or ast.find(exp.From) is None:
-        return _released(session, ast, text)
-    return _dp(session, ast, text)
+        return _released(call, ast, text)
+    return _dp(call, ast, text)
 
 
-def _released(session: Session, ast: exp.Expr, text: str) -> Answer:
-    check_released(ast, text, meta.released_names(session))
+def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
+    check_released(ast, text, meta.released_names(call.session))
     try:
-        table = engine_for(session).execute(ast)
+        table = call.engine.execute(ast)
     except EngineError as err:
         # Released tables are DP already, so the database's message may be shown.
         raise QueryRejected(f"the query on released tables failed: {err.message}",
                             construct="query", advice="check the column names (SHOW "
                             "dpsql.released lists the tables)") from err
-    audit = session.ledger.record(session.user, None, text, "answered", action="released")
-    return Answer(table, "released", PrivacyCost.zero(session.policy.accounting),
-                  status=f"SELECT {table.num_rows}", audit_id=audit)
+    audit = call.ledger.record(call.user, None, text, "answered", action="released")
+    return Answer(table, "released", call.zero, status=f"SELECT {table.num_rows}",
+                  audit_id=audit)
 
 
 # -- DP queries --------------------------------------------------------------------------
@@ -192,77 +211,85 @@ class _Prepared:
     key: str
 
 
-def _prepare(session: Session, ast: exp.Expr, text: str) -> _Prepared:
-    """Everything up to the charge: validate, price, calibrate, generate and check the SQL."""
-    policy = session.policy
-    store = session.store
+def _prepare(call: _Call, ast: exp.Expr, text: str) -> _Prepared:
+    """Everything up to the charge: validate, price, calibrate and generate the SQL."""
+    types: dict[str, dict[str, str]] = {}
 
     def types_of(dataset: Dataset) -> dict[str, str]:
-        return store.table_columns(dataset.table)
+        if dataset.table not in types:
+            try:
+                types[dataset.table] = call.engine.column_types(dataset.table)
+            except EngineError as err:
+                raise InternalError(f"the table of dataset {dataset.name} cannot be read; "
+                                    "ask an administrator to check the store") from err
+        return types[dataset.table]
 
-    plan = plan_query(ast, text, policy, types_of)
+    plan = plan_query(ast, text, call.policy, types_of)
     if not plan.measures:
         raise reject(text, "a DP query needs at least one aggregate", ast,
                      construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
-    cost = query_cost(policy, plan.dataset, session.options, plan.options or {})
-    ctx = Context(store.secret, types_of(plan.dataset))
-    noises = calibrate(plan, cost, policy.accounting, ctx)
-    sql = to_sql(plan, ctx)
+    cost = query_cost(call.policy, plan.dataset, call.session.options, plan.options or {})
+    ctx = Context(call.session.store.secret, types_of(plan.dataset), exact=cost.infinite)
+    noises = calibrate(plan, cost, call.policy.accounting, ctx)
+    key = cache.cache_key(call.user, call.policy.fingerprint, plan, cost)
+    return _Prepared(plan, cost, noises, to_sql(plan, ctx), key)
+
+
+def _check(call: _Call, prepared: _Prepared) -> None:
+    """Bind and plan the generated SQL without reading data (before the charge)."""
     try:
-        engine_for(session).check(sql)
+        call.engine.check(prepared.sql)
     except EngineError as err:
         raise InternalError("dpsql generated a query the database cannot plan; this is a "
                             "bug in dpsql, please report it with your query") from err
-    key = cache.cache_key(session.user, policy.fingerprint, plan, cost)
-    return _Prepared(plan, cost, noises, sql, key)
 
 
-def _dp(session: Session, ast: exp.Expr, text: str) -> Answer:
-    prepared = _prepare(session, ast, text)
-    plan, store, policy = prepared.plan, session.store, session.policy
+def _dp(call: _Call, ast: exp.Expr, text: str) -> Answer:
+    prepared = _prepare(call, ast, text)
+    plan, store, policy = prepared.plan, call.session.store, call.policy
     dataset = plan.dataset.name
     stored = cache.lookup(store, prepared.key)
     if stored is not None:
-        audit = session.ledger.record(
-            session.user, dataset, text, "cached", cost=PrivacyCost.zero(policy.accounting),
-            reason=f"same measurement as request {stored.audit_id}")
-        remaining = session.ledger.budget(session.user, dataset).remaining
+        audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
+                                   reason=f"same measurement as request {stored.audit_id}")
+        remaining = call.ledger.budget(call.user, dataset).remaining
         notice = (f"dpsql: {dataset}: repeated query answered from the cache at no cost "
                   f"(first answered in request {stored.audit_id}); remaining "
                   f"{meta.both_units(remaining, policy.delta, budget=True)}")
-        return _answer(session, plan, stored.noises, stored.measures,
-                       PrivacyCost.zero(policy.accounting), remaining, notice, True, audit)
-    charge = session.ledger.charge(session.user, dataset, prepared.cost, text)
+        return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
+                       notice, True, audit)
+    _check(call, prepared)
+    charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
     try:
-        sparse = engine_for(session).execute(prepared.sql)
+        sparse = call.engine.execute(prepared.sql)
         dense = expand_public_keys(plan, sparse)
-        noisy = [n.apply(d) for n, d in zip(prepared.noises, dense)]
-        cache.save(store, prepared.key, session.user, plan, policy.fingerprint, charge.id,
+        noisy = [n.apply(d) for n, d in zip(prepared.noises, dense, strict=True)]
+        cache.save(store, prepared.key, call.user, plan, policy.fingerprint, charge.id,
                    prepared.noises, noisy)
         kept = cache.lookup(store, prepared.key)  # a concurrent twin's numbers win
         if kept is not None:
             noisy = kept.measures
     except BaseException as err:
-        session.ledger.finish(charge.id, "failed", reason="the generated query did not "
-                              "complete; the charge stands")
+        call.ledger.finish(charge.id, "failed", reason="the generated query did not "
+                           "complete; the charge stands")
         if isinstance(err, DPSQLError):
             raise
         raise InternalError("the query failed after it was charged; this is a bug in dpsql, "
                             "please report it with your query") from None
-    session.ledger.finish(charge.id, "answered")
+    call.ledger.finish(charge.id, "answered")
     notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
               f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
-    return _answer(session, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
+    return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
                    notice, False, charge.id)
 
 
-def _answer(session: Session, plan: QueryPlan, noises: tuple[Noise, ...],
+def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
             noisy: list[np.ndarray], cost: PrivacyCost, remaining: PrivacyCost, notice: str,
             cached: bool, audit_id: int) -> Answer:
-    level = confidence(session.options)
+    level = confidence(call.session.options)
     table = answer_table(plan, base_table(plan, noisy, noises, level), level)
     return Answer(table, "dp", cost, remaining, plan.dataset.name, cached,
-                  column_info(plan, noises, session.policy.delta, level), notice,
+                  column_info(plan, noises, call.policy.delta, level), notice,
                   f"SELECT {table.num_rows}", audit_id)
 
 
@@ -296,16 +323,18 @@ def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
     return info
 
 
-def _explain(session: Session, ast: exp.Expr, inner: str, text: str) -> Answer:
-    prepared = _prepare(session, ast, inner)
-    plan, policy = prepared.plan, session.policy
-    level = confidence(session.options) or DEFAULT_CONFIDENCE
+def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
+    prepared = _prepare(call, ast, inner)
+    _check(call, prepared)
+    plan, policy = prepared.plan, call.policy
+    level = confidence(call.session.options) or DEFAULT_CONFIDENCE
     info = column_info(plan, prepared.noises, policy.delta, level)
     rows: dict[str, list[Any]] = {k: [] for k in (
         "column", "aggregate", "mechanism", "cost", "scale", "std", "ci_halfwidth",
         "confidence")}
     for j, agg in enumerate(plan.aggregates):
-        for m, part in zip(agg.measures, ("sum", "count") if agg.func == "avg" else ("",)):
+        parts = ("sum", "count") if agg.func == "avg" else ("",)
+        for m, part in zip(agg.measures, parts, strict=True):
             noise_ = prepared.noises[m]
             names = [o.name for o in plan.outputs if o.aggregate == j]
             rows["column"].append(", ".join(names) or "(HAVING/ORDER BY)")
@@ -316,15 +345,15 @@ def _explain(session: Session, ast: exp.Expr, inner: str, text: str) -> Answer:
             rows["std"].append(noise_.std())
             rows["ci_halfwidth"].append(noise_.halfwidth(level))
             rows["confidence"].append(level)
-    table = pa.table({k: pa.array(v) if v else pa.array([], pa.string()) for k, v in rows.items()})
-    cached = cache.lookup(session.store, prepared.key) is not None
-    remaining = session.ledger.budget(session.user, plan.dataset.name).remaining
+    table = pa.table({k: pa.array(v) for k, v in rows.items()})
+    cached = cache.lookup(call.session.store, prepared.key) is not None
+    remaining = call.ledger.budget(call.user, plan.dataset.name).remaining
     would = "nothing (a repeat: answered from the cache)" if cached else \
         meta.both_units(prepared.cost, policy.delta)
     notice = (f"dpsql: {plan.dataset.name}: this query would cost {would}; split equally "
               f"over {len(plan.measures)} measurement(s); {plan.cells} public group(s); "
               f"remaining {meta.both_units(remaining, policy.delta, budget=True)}")
-    audit = session.ledger.record(session.user, plan.dataset.name, text, "explained",
-                                  action="explain")
-    return Answer(table, "explain", PrivacyCost.zero(policy.accounting), remaining,
-                  plan.dataset.name, cached, info, notice, "EXPLAIN", audit)
+    audit = call.ledger.record(call.user, plan.dataset.name, text, "explained",
+                               action="explain")
+    return Answer(table, "explain", call.zero, remaining, plan.dataset.name, cached, info,
+                  notice, "EXPLAIN", audit)

@@ -14,6 +14,7 @@ import duckdb
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.domain import quote
 from dpsql.store import Store
 
 
@@ -34,6 +35,9 @@ class Engine(Protocol):
     def execute(self, query: exp.Expr) -> pa.Table:
         """Run ``query`` and return its result."""
 
+    def column_types(self, table: str) -> dict[str, str]:
+        """Column name -> database type of a sensitive table (schema only, no rows)."""
+
 
 class DuckDBEngine:
     """Runs queries on a store's hardened DuckDB connection (one cursor per call)."""
@@ -53,6 +57,17 @@ class DuckDBEngine:
         table = self._run(self.render(query), fetch=True)
         assert table is not None
         return table
+
+    def column_types(self, table: str) -> dict[str, str]:
+        cursor = self.store.analyst_cursor()
+        try:
+            relation = cursor.sql(f"SELECT * FROM main.{quote(table)}")
+            return {name: str(kind) for name, kind in zip(relation.columns, relation.types,
+                                                          strict=True)}
+        except duckdb.Error as err:
+            raise EngineError(str(err).splitlines()[0]) from err
+        finally:
+            cursor.close()
 
     def _run(self, sql: str, *, fetch: bool) -> pa.Table | None:
         cursor = self.store.analyst_cursor()

@@ -36,8 +36,8 @@ _CLAUSE_NAMES = {
     "sample": ("SAMPLE", "sampling is not supported; the policy bounds contributions"),
     "pivots": ("PIVOT", "use GROUP BY"),
 }
-_NO_MECHANISM = ("no differentially private mechanism for {name} in dpsql; estimate it from a "
-                 "histogram: GROUP BY dp_bin(col, WIDTH) with COUNT(*)")
+_NO_MECHANISM = ("{name} has no differentially private mechanism in dpsql; estimate it from "
+                 "a histogram: GROUP BY dp_bin(col, WIDTH) with COUNT(*)")
 DP_OPTIONS = ("epsilon", "delta", "rho")
 
 
@@ -65,6 +65,10 @@ def _int_literal(node: exp.Expr | None) -> int | None:
 
 class _PostChecker(RowChecker):
     """Expressions of SELECT, HAVING and ORDER BY: keys, aggregates, literals, arithmetic."""
+
+    context = "SELECT, HAVING and ORDER BY"
+    advice = ("select GROUP BY keys, aggregates (COUNT, SUM, AVG) and arithmetic on them; "
+              "see docs/sql.md")
 
     def __init__(self, planner: _Planner, aliases: Mapping[str, tuple[exp.Expr, Type]]) -> None:
         super().__init__(planner.scope)
@@ -108,8 +112,11 @@ class _Planner:
     # -- entry --------------------------------------------------------------------------
     def plan(self, ast: exp.Expr) -> QueryPlan:
         select = self._root(ast)
+        if select.args.get("from_") is not None:
+            self.dataset = self._dataset(select)
         self._forbid(select)
-        self.dataset = self._dataset(select)
+        if select.args.get("from_") is None:
+            self.dataset = self._dataset(select)
         options = self._options(select.args.get("hint"))
         where = select.args.get("where")
         predicate = self.rows.predicate(where.this, "WHERE") if where is not None else None
@@ -262,10 +269,10 @@ class _Planner:
                          construct="dp_bin", advice="write dp_bin(age, 10) or dp_bin(age)")
         col = self.scope.column(args[0])
         if len(args) == 1:
-            return ("policy_bins", col.name, None), col, node
+            return ("policy_bins", col.name, None), col, call
         width = args[1]
         text = width.this if isinstance(width, exp.Literal) else width.sql()
-        return ("width", col.name, text), col, node
+        return ("width", col.name, text), col, call
 
     def key_index(self, node: exp.Expr) -> int | None:
         """The GROUP BY key ``node`` denotes, if any."""
@@ -290,6 +297,12 @@ class _Planner:
             if group.args.get(arg):
                 raise reject(self.text, f"{arg.upper().replace('_', ' ')} is not allowed", group,
                              construct=arg.upper(), advice="GROUP BY a list of keys")
+        for node in group.expressions:
+            if isinstance(node, (exp.GroupingSets, exp.Cube, exp.Rollup)):
+                name = {exp.GroupingSets: "GROUPING SETS", exp.Cube: "CUBE",
+                        exp.Rollup: "ROLLUP"}[type(node)]
+                raise reject(self.text, f"{name} is not allowed", node, construct=name,
+                             advice="ask one GROUP BY per query")
         nodes = list(group.expressions)
         if group.args.get("all"):
             nodes = [e for e, _ in items if not any(isinstance(n, (exp.AggFunc, exp.Filter))

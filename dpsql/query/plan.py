@@ -46,12 +46,25 @@ _FAST_LIMIT = 2**52  # integer clamping stays in integers below this magnitude
 _SUM_CAP = 2**62  # totals are capped here before the cast to BIGINT
 
 
+#: Grid steps per bound for real-valued sums: fine enough that rounding (at most half a
+#: step per row) is far below the noise, coarse enough for the samplers' parameter range.
+NOISY_UNITS = 2**16
+#: Without noise (an unbounded budget) the grid only has to keep totals inside int64.
+EXACT_UNITS = 2**30
+
+
 @dataclass(frozen=True)
 class Context:
-    """What the passes need besides the plan: the store secret and the column types."""
+    """What the passes need besides the plan: the store secret, the column types, and
+    whether the answer is exact (an unbounded budget: no noise, a finer grid)."""
 
     secret: str
     types: Mapping[str, str]
+    exact: bool = False
+
+    @property
+    def units(self) -> int:
+        return EXACT_UNITS if self.exact else NOISY_UNITS
 
 
 def _sql(text: str) -> exp.Expr:
@@ -90,13 +103,13 @@ def fixed_point(measure: Measure, col: Column | None, ctx: Context) -> tuple[int
         bound = max(abs(lo), abs(hi))
         if _integer_column(col, ctx):
             return 0, int(bound)
-        fp = FixedPoint.for_bound(bound)
+        fp = FixedPoint.for_bound(bound, ctx.units)
         return fp.exponent, fp.sensitivity_units(bound)
     half = Fraction(hi - lo) / 2
     if _integer_column(col, ctx):
         exponent = 0 if (int(lo) + int(hi)) % 2 == 0 else -1
         return exponent, math.ceil(half / Fraction(2) ** exponent)
-    fp = FixedPoint.for_bound(float(half))
+    fp = FixedPoint.for_bound(float(half), ctx.units)
     return fp.exponent, fp.sensitivity_units(float(half))
 
 

@@ -111,6 +111,10 @@ class RowScope:
 class RowChecker:
     """Validate a row-level expression and return a total rewrite of it with its type."""
 
+    context = "row conditions (WHERE, FILTER)"
+    advice = ("use comparisons, BETWEEN, IN, IS NULL, LIKE, AND/OR/NOT and arithmetic on "
+              "columns and literals")
+
     def __init__(self, scope: RowScope) -> None:
         self.scope = scope
         self.source = scope.source
@@ -147,25 +151,25 @@ class RowChecker:
     def _refuse(self, node: exp.Expr) -> QueryRejected:
         name = describe(node)
         if isinstance(node, exp.AggFunc):
-            return reject(self.source, f"aggregate {name} in a row condition", node,
-                          construct=name, advice="filter aggregates with HAVING")
+            return reject(self.source, f"aggregate {name} in {self.context}", node,
+                          construct=name, advice="filter on aggregates with HAVING")
         if isinstance(node, (exp.Select, exp.Subquery, exp.Exists)):
             return reject(self.source, "subqueries are not allowed", node, construct="subquery",
                           advice="write one query over one dataset")
         if isinstance(node, exp.Func) and name.split()[-1] in NONDETERMINISTIC:
             return reject(self.source, f"{name} is not deterministic", node, construct=name,
-                          advice="a DP query may only use deterministic row conditions")
+                          advice="a DP query may only use deterministic expressions")
         if isinstance(node, (exp.Cast, exp.TryCast)):
-            return reject(self.source, "CAST is not allowed in row conditions", node,
+            return reject(self.source, f"CAST is not allowed in {self.context}", node,
                           construct="CAST", advice="compare the column with a literal of its "
                           "type (a number or a quoted string)")
         if isinstance(node, exp.Func):
-            return reject(self.source, f"{name} is not allowed in row conditions", node,
+            return reject(self.source, f"{name} is not allowed in {self.context}", node,
                           construct=name, advice="allowed functions: abs, round, lower, upper, "
-                          "length, coalesce; see docs/sql.md")
-        return reject(self.source, f"{name} is not allowed in row conditions", node,
-                      construct=name, advice="use comparisons, BETWEEN, IN, IS NULL, LIKE, "
-                      "AND/OR/NOT and arithmetic on columns and literals")
+                          "length, coalesce (and COUNT, SUM, AVG as aggregates); see "
+                          "docs/sql.md")
+        return reject(self.source, f"{name} is not allowed in {self.context}", node,
+                      construct=name, advice=self.advice)
 
     def _same(self, node: exp.Expr, kinds: list[Type], what: str) -> Type:
         """The common type of ``kinds`` (NULL fits anything); mismatches are rejected."""

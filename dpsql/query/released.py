@@ -16,6 +16,7 @@ import re
 from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
+from dpsql.policy import did_you_mean
 from dpsql.query.dialect import DPOptions, describe, reject
 
 SCHEMA = "released"
@@ -71,7 +72,7 @@ def check_released(ast: exp.Expr, text: str, existing: set[str]) -> list[str]:
 
 def _tables(ast: exp.Expr, text: str, existing: set[str]) -> list[str]:
     seen: set[int] = set()
-    names: list[str] = []
+    found: list[exp.Table] = []
     for scope in traverse_scope(ast):
         for table in scope.tables:
             seen.add(id(table))
@@ -85,16 +86,14 @@ def _tables(ast: exp.Expr, text: str, existing: set[str]) -> list[str]:
                 raise reject(text, f"{table.sql()} is not a released table", table,
                              construct="table", advice="a query may read released.<table> "
                              "tables together, or ask a DP question of one dataset alone")
-            name = table.name.lower()
-            if name not in existing:
-                from dpsql.policy import did_you_mean
-
-                raise reject(text, f"no released table {table.name!r}"
-                             f"{did_you_mean(name, sorted(existing))}", table,
-                             construct="table", advice="SHOW dpsql.released lists them")
-            names.append(name)
+            found.append(table)
     for table in ast.find_all(exp.Table):
         if id(table) not in seen:
             raise reject(text, f"{table.sql()} cannot be read here", table, construct="table",
                          advice="read released.<table> in FROM or JOIN")
-    return sorted(set(names))
+    for table in found:
+        if table.name.lower() not in existing:
+            raise reject(text, f"no released table {table.name!r}"
+                         f"{did_you_mean(table.name.lower(), sorted(existing))}", table,
+                         construct="table", advice="SHOW dpsql.released lists them")
+    return sorted({t.name.lower() for t in found})
