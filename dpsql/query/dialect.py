@@ -68,8 +68,19 @@ def reject(text: str, message: str, node: exp.Expr | int | None = None, *,
            construct: str | None = None, advice: str | None = None) -> QueryRejected:
     """A QueryRejected naming ``construct`` at ``node`` (an AST node or a text offset)."""
     offset = node if isinstance(node, int) else node_start(node) if node is not None else None
+    if isinstance(node, exp.Func) and offset is not None and not node.meta_get("start"):
+        offset = _function_start(text, node, offset)
     line, column = line_col(text, offset) if offset is not None else (None, None)
     return QueryRejected(message, construct=construct, line=line, column=column, advice=advice)
+
+
+def _function_start(text: str, node: exp.Func, inner: int) -> int:
+    """Where a function's name starts when sqlglot only recorded its arguments' positions."""
+    name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
+    before = text[:inner].rstrip(" \t\n(")
+    if before.upper().endswith(name.upper()):
+        return len(before) - len(name)
+    return inner
 
 
 def tokenize(text: str) -> list[Token]:
