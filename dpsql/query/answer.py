@@ -26,7 +26,7 @@ from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost
 from dpsql.query import cache, meta
 from dpsql.query.dialect import reject
-from dpsql.query.engine import DuckDBEngine, Engine, EngineError
+from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import QueryPlan
 from dpsql.query.options import (
@@ -229,16 +229,16 @@ def _prepare(call: _Call, ast: exp.Expr, text: str) -> _Prepared:
         raise reject(text, "a DP query needs at least one aggregate", ast,
                      construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
     cost = query_cost(call.policy, plan.dataset, call.session.options, plan.options or {})
-    ctx = Context(call.session.store.secret, types_of(plan.dataset), exact=cost.infinite)
+    ctx = Context(cache.secret(call.session.store), types_of(plan.dataset), exact=cost.infinite)
     noises = calibrate(plan, cost, call.policy.accounting, ctx)
     key = cache.cache_key(call.user, call.policy.fingerprint, plan, cost)
     return _Prepared(plan, cost, noises, to_sql(plan, ctx), key)
 
 
-def _check(call: _Call, prepared: _Prepared) -> None:
-    """Bind and plan the generated SQL without reading data (before the charge)."""
+def _bind(call: _Call, prepared: _Prepared) -> Prepared:
+    """Bind the generated SQL without reading data (before the charge)."""
     try:
-        call.engine.check(prepared.sql)
+        return call.engine.prepare(prepared.sql)
     except EngineError as err:
         raise InternalError("dpsql generated a query the database cannot plan; this is a "
                             "bug in dpsql, please report it with your query") from err
@@ -258,17 +258,18 @@ def _dp(call: _Call, ast: exp.Expr, text: str) -> Answer:
                   f"{meta.both_units(remaining, policy.delta, budget=True)}")
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
-    _check(call, prepared)
-    charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
+    bound = _bind(call, prepared)
     try:
-        sparse = call.engine.execute(prepared.sql)
-        dense = expand_public_keys(plan, sparse)
+        charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
+    except BaseException:
+        bound.close()
+        raise
+    try:
+        dense = expand_public_keys(plan, bound.run())
         noisy = [n.apply(d) for n, d in zip(prepared.noises, dense, strict=True)]
-        cache.save(store, prepared.key, call.user, plan, policy.fingerprint, charge.id,
-                   prepared.noises, noisy)
-        kept = cache.lookup(store, prepared.key)  # a concurrent twin's numbers win
-        if kept is not None:
-            noisy = kept.measures
+        noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
+                           charge.id, prepared.noises, noisy,
+                           lambda cur: call.ledger.finish(charge.id, "answered", cursor=cur))
     except BaseException as err:
         call.ledger.finish(charge.id, "failed", reason="the generated query did not "
                            "complete; the charge stands")
@@ -276,7 +277,6 @@ def _dp(call: _Call, ast: exp.Expr, text: str) -> Answer:
             raise
         raise InternalError("the query failed after it was charged; this is a bug in dpsql, "
                             "please report it with your query") from None
-    call.ledger.finish(charge.id, "answered")
     notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
               f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
@@ -325,7 +325,7 @@ def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
 
 def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
     prepared = _prepare(call, ast, inner)
-    _check(call, prepared)
+    _bind(call, prepared).close()
     plan, policy = prepared.plan, call.policy
     level = confidence(call.session.options) or DEFAULT_CONFIDENCE
     info = column_info(plan, prepared.noises, policy.delta, level)

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -55,16 +58,37 @@ def lookup(store: Store, key: str) -> CachedAnswer | None:
 
 
 def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, audit_id: int,
-         noises: tuple[Noise, ...], measures: list[np.ndarray]) -> None:
-    """Store an answer; a concurrent twin that got there first is kept (its numbers win)."""
+         noises: tuple[Noise, ...], measures: list[np.ndarray],
+         also: Callable[[duckdb.DuckDBPyConnection], None] | None = None) -> list[np.ndarray]:
+    """Store an answer (and run ``also`` in the same transaction); returns the stored vectors.
+
+    A concurrent twin that got there first is kept: its numbers are returned instead.
+    """
     table = pa.table({f"m{j}": pa.array(m, type=pa.int64()) for j, m in enumerate(measures)})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     blob = sink.getvalue().to_pybytes()
     with store.transaction() as cur:
-        cur.execute(
-            "INSERT OR IGNORE INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        inserted = cur.execute(
+            "INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING RETURNING key",
             [key, user, plan.dataset.name, fingerprint, audit_id, now(), plan.normalized(),
              json.dumps([n.to_json() for n in noises]), blob],
-        )
+        ).fetchall()
+        if also is not None:
+            also(cur)
+    if inserted:
+        return measures
+    twin = lookup(store, key)
+    return twin.measures if twin is not None else measures
+
+
+_SECRETS: weakref.WeakKeyDictionary[Store, str] = weakref.WeakKeyDictionary()
+
+
+def secret(store: Store) -> str:
+    """The store's secret (fixed at creation), read once per open store."""
+    if store not in _SECRETS:
+        _SECRETS[store] = store.secret
+    return _SECRETS[store]

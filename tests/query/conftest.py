@@ -140,20 +140,15 @@ def acs_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def engine_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every SQL text the query engine sends to DuckDB (check and execute), in order."""
+    """Every SQL text the query engine hands to DuckDB (bound or run), in order."""
     calls: list[str] = []
-    real_check, real_execute = DuckDBEngine.check, DuckDBEngine.execute
+    real_prepare = DuckDBEngine.prepare
 
-    def check(self: DuckDBEngine, query: Any) -> None:
-        calls.append("EXPLAIN " + self.render(query))
-        real_check(self, query)
-
-    def execute(self: DuckDBEngine, query: Any) -> Any:
+    def prepare(self: DuckDBEngine, query: Any) -> Any:
         calls.append(self.render(query))
-        return real_execute(self, query)
+        return real_prepare(self, query)
 
-    monkeypatch.setattr(DuckDBEngine, "check", check)
-    monkeypatch.setattr(DuckDBEngine, "execute", execute)
+    monkeypatch.setattr(DuckDBEngine, "prepare", prepare)
     return calls
 
 

@@ -17,7 +17,7 @@ import pytest
 import dpsql
 from dpsql import noise
 from dpsql.privacy import PrivacyCost
-from dpsql.query.engine import DuckDBEngine, EngineError
+from dpsql.query.engine import EngineError, _DuckDBPrepared
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
 from tests.query.conftest import charges, with_budgets
@@ -162,23 +162,24 @@ def test_cache_survives_a_restart(build: Callable[..., Path]) -> None:
 def test_charge_is_committed_before_the_data_is_read(pure_adult: Session,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[int] = []
-    real = DuckDBEngine.execute
+    real = _DuckDBPrepared.run
 
-    def execute(self: DuckDBEngine, query: object) -> object:
+    def run(self: _DuckDBPrepared) -> object:
         seen.append(charges(pure_adult))
-        return real(self, query)  # type: ignore[arg-type]
+        return real(self)
 
-    monkeypatch.setattr(DuckDBEngine, "execute", execute)
+    monkeypatch.setattr(_DuckDBPrepared, "run", run)
     pure_adult.sql("SELECT COUNT(*) FROM adult")
     assert seen == [1]
 
 
 def test_a_failure_after_the_charge_keeps_it_and_says_nothing_of_the_data(
         pure_adult: Session, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: DuckDBEngine, query: object) -> object:
+    def broken(self: _DuckDBPrepared) -> object:
+        self.close()
         raise EngineError("Conversion Error: could not convert 'secret value 42'")
 
-    monkeypatch.setattr(DuckDBEngine, "execute", broken)
+    monkeypatch.setattr(_DuckDBPrepared, "run", broken)
     with pytest.raises(dpsql.InternalError) as caught:
         pure_adult.sql("SELECT COUNT(*) FROM adult")
     assert "42" not in str(caught.value) and "secret" not in str(caught.value)
