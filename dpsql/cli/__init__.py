@@ -17,8 +17,7 @@ from dpsql.errors import DPSQLError
 
 
 def _load_commands() -> None:
-    from dpsql.cli import admin, demo  # noqa: F401  (registers commands)
-    from dpsql.cli import query  # noqa: F401  (dpsql query, dpsql shell)
+    from dpsql.cli import admin, demo, query  # noqa: F401  (registers commands)
 
 
 def main() -> None:

@@ -66,7 +66,7 @@ def show(answer: Any, delta: float | None, as_json: bool) -> None:
 @user_option
 @json_option
 def query_cmd(sql: str, db: str, user: str, as_json: bool) -> None:
-    """Answer one SQL statement with differential privacy.
+    r"""Answer one SQL statement with differential privacy.
 
     \b
     Examples:
@@ -86,7 +86,7 @@ def query_cmd(sql: str, db: str, user: str, as_json: bool) -> None:
 @db_option
 @user_option
 def shell_cmd(db: str, user: str) -> None:
-    """An interactive SQL shell (history, \\budget, \\explain, \\help, \\q).
+    r"""An interactive SQL shell (history, \\budget, \\explain, \\help, \\q).
 
     Options set with SET dpsql.<option> last for the session.
     """
@@ -101,6 +101,7 @@ class Shell:
         self.session = session
 
     def loop(self) -> None:
+        """Read statements until quit or end of input; errors are printed, not raised."""
         _load_history()
         click.echo(f"dpsql shell: {self.session.user} on {self.session.store.path.name}. "
                    "Type \\help for help, \\q to quit.")
@@ -146,6 +147,7 @@ class Shell:
         return True
 
     def run(self, sql: str) -> None:
+        """Answer one statement and print it."""
         try:
             answer = self.session.sql(sql)
         except DPSQLError as err:

@@ -9,7 +9,7 @@ and column numbers and builds :class:`QueryRejected` errors that carry them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlglot import exp
 from sqlglot.dialects.duckdb import DuckDB
@@ -23,7 +23,7 @@ from dpsql.errors import QueryRejected
 class DPOptions(exp.Expression):
     """``WITH DIFFERENTIAL_PRIVACY OPTIONS (name = value, ...)`` on a SELECT."""
 
-    arg_types = {"expressions": True}
+    arg_types: ClassVar[dict[str, bool]] = {"expressions": True}
 
 
 class _Parser(DuckDBParser):

@@ -39,7 +39,7 @@ def value_key(col: Column, source: str, node: exp.Expr) -> GroupKey:
         return GroupKey(col.name, "value", _with_null(col, [v for v in col.values or ()
                                                             if v is not None]))
     if col.numeric and col.edges is not None and col.type == "integer" and all(
-            b - a == 1 for a, b in zip(col.edges, col.edges[1:])):
+            b - a == 1 for a, b in zip(col.edges, col.edges[1:], strict=False)):
         return GroupKey(col.name, "value",
                         _with_null(col, [int(e) for e in col.edges[:-1]]))
     if col.numeric and col.bounds is not None:

@@ -73,10 +73,12 @@ class Noise:
 
     @property
     def grid(self) -> Fraction:
+        """One grid unit in the answer's units (exactly)."""
         return Fraction(2) ** self.exponent
 
     @property
     def noisy(self) -> bool:
+        """False for the unbounded budget (no noise at all)."""
         return self.mechanism != NONE
 
     @property
@@ -135,6 +137,7 @@ class Noise:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Noise:
+        """The inverse of :meth:`to_json`."""
         kind, units, infinite = data["cost"]
         return cls(data["mechanism"], int(data["sensitivity"]), Fraction(data["param"]),
                    int(data["exponent"]), PrivacyCost(kind, int(units), bool(infinite)))

@@ -63,7 +63,6 @@ def budget_table(session: Session) -> pa.Table:
 
 def option_rows(session: Session, names: list[str]) -> pa.Table:
     """``SHOW`` for options: name, the value in force and where it comes from."""
-    policy = session.policy
     out: dict[str, list[str | None]] = {"name": [], "value": [], "source": []}
     for name in names:
         value = session.options.get(name)
@@ -73,7 +72,6 @@ def option_rows(session: Session, names: list[str]) -> pa.Table:
         out["name"].append(f"dpsql.{name}")
         out["value"].append(value)
         out["source"].append(source)
-    del policy
     return pa.table({k: pa.array(v, pa.string()) for k, v in out.items()})
 
 
@@ -93,6 +91,7 @@ def _default(session: Session, name: str) -> str:
 
 
 def all_options(session: Session) -> pa.Table:
+    """``SHOW ALL``: every dpsql option."""
     return option_rows(session, list(OPTIONS))
 
 
@@ -116,7 +115,7 @@ def datasets_table(session: Session) -> pa.Table:
                 if col.edges is not None:
                     group = f"dp_bin({col.name})"
                     if col.type == "integer" and all(
-                            b - a == 1 for a, b in zip(col.edges, col.edges[1:])):
+                            b - a == 1 for a, b in zip(col.edges, col.edges[1:], strict=False)):
                         group = col.name
             rows["dataset"].append(ds.name)
             rows["column"].append(col.name)

@@ -44,22 +44,28 @@ class GroupKey:
 
     @property
     def size(self) -> int:
+        """Number of public keys."""
         return len(self.values)
 
     def signature(self) -> list[Any]:
+        """What identifies the key set (for the normalized plan)."""
         return [self.column, self.mode, self.width]
 
 
 @dataclass(frozen=True)
 class Measure:
-    """A noisy vector over all cells: a count, a clamped sum, or a sum centred on the bounds'
-    midpoint (for AVG); ``column`` None is COUNT(*); ``filter`` is a FILTER row predicate."""
+    """A noisy vector over all cells: a count, a clamped sum, or a centred sum (for AVG).
+
+    The centred sum adds ``value - midpoint of the bounds``; ``column`` None is
+    COUNT(*); ``filter`` is a FILTER row predicate.
+    """
 
     kind: MeasureKind
     column: str | None
     filter: exp.Expr | None = None
 
     def signature(self) -> list[Any]:
+        """What identifies the measure (two equal signatures measure the same thing)."""
         where = self.filter.sql(dialect="duckdb") if self.filter is not None else None
         return [self.kind, self.column, where]
 
@@ -81,6 +87,7 @@ class Aggregate:
 
     @property
     def default_name(self) -> str:
+        """The output name when the query gives none: count, sum_x, avg_x."""
         if self.func == "count" and self.column is None:
             return "count"
         return f"{self.func}_{self.column}"
@@ -90,7 +97,8 @@ class Aggregate:
 class Output:
     """One output column: its name and a post-processing expression over ``_k``/``_a``.
 
-    ``aggregate`` is set when the column is a bare aggregate (it then gets CI columns)."""
+    ``aggregate`` is set when the column is a bare aggregate (it then gets CI columns).
+    """
 
     name: str
     expr: exp.Expr
@@ -129,8 +137,11 @@ class QueryPlan:
         return math.prod(k.size for k in self.keys)
 
     def normalized(self) -> str:
-        """The measurement part of the plan as canonical text: two plans with the same text
-        measure the same thing (post-processing is not part of it)."""
+        """The measurement part of the plan as canonical text.
+
+        Two plans with the same text measure the same thing; post-processing
+        (outputs, HAVING, ORDER BY, LIMIT) is not part of it.
+        """
         return json.dumps({
             "dataset": self.dataset.name,
             "keys": [k.signature() for k in self.keys],

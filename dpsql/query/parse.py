@@ -90,7 +90,7 @@ class _PostChecker(RowChecker):
             name = col.name if col else node.sql()
             raise reject(self.source, f"{name} is used outside an aggregate but is not a "
                          "GROUP BY key", node, construct=f"private column {name}",
-                         advice=f"aggregate it (COUNT, SUM, AVG) or add it to GROUP BY")
+                         advice="aggregate it (COUNT, SUM, AVG) or add it to GROUP BY")
         return super().check(node)
 
 
@@ -242,12 +242,12 @@ class _Planner:
             if not (isinstance(value, exp.Literal) and not value.is_string):
                 raise reject(self.text, f"option {name} needs a number", item,
                              construct="OPTIONS", advice=f"OPTIONS ({name} = 0.5)")
-            options[name] = number_literal(value.this, value, self.text).this
+            options[name] = number_literal(value.this, value, self.text).sql()
         return options
 
     # -- SELECT list and GROUP BY ----------------------------------------------------------
     def _items(self, select: exp.Select) -> list[tuple[exp.Expr, str | None]]:
-        items = []
+        items: list[tuple[exp.Expr, str | None]] = []
         for item in select.expressions:
             if isinstance(item, exp.Alias):
                 items.append((item.this, item.alias))
@@ -409,6 +409,7 @@ class _Planner:
             label += f" FILTER (WHERE {predicate.sql(dialect='duckdb')})"
         if label in self.agg_index:
             return self.agg_index[label]
+        parts: tuple[int, ...]
         if func == "avg":
             parts = (self._measure(Measure("centered_sum", column, predicate)),
                      self._measure(Measure("count", column, predicate)))

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +38,6 @@ from dpsql.privacy import Kind, PrivacyCost
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, Measure, QueryPlan
 from dpsql.query.parse import bounds_of
-from dpsql.query.predicates import sql_type
 from dpsql.source import bounded_sql
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
@@ -57,8 +56,11 @@ EXACT_UNITS = 2**30
 
 @dataclass(frozen=True)
 class Context:
-    """What the passes need besides the plan: the store secret, the column types, and
-    whether the answer is exact (an unbounded budget: no noise, a finer grid)."""
+    """What the passes need besides the plan.
+
+    The store secret, the column types, and whether the answer is exact (an
+    unbounded budget: no noise, so a finer grid).
+    """
 
     secret: str
     types: Mapping[str, str]
@@ -66,6 +68,7 @@ class Context:
 
     @property
     def units(self) -> int:
+        """Grid steps per bound for real-valued sums."""
         return EXACT_UNITS if self.exact else NOISY_UNITS
 
 
@@ -87,9 +90,12 @@ def _integer_column(col: Column, ctx: Context) -> bool:
 
 
 def _clamped(col: Column, ctx: Context) -> str:
-    """SQL for ``col`` clamped into its bounds: NULL stays NULL, NaN goes to the lower bound,
-    infinities to the bound on their side (as :func:`dpsql.domain.clamp_sql`, but typed:
-    comparisons in the column's own type instead of a TRY_CAST to DOUBLE, ~30% faster)."""
+    """SQL for ``col`` clamped into its bounds.
+
+    NULL stays NULL, NaN goes to the lower bound, infinities to the bound on
+    their side, as :func:`dpsql.domain.clamp_sql`, but typed: comparisons in the
+    column's own type instead of a TRY_CAST to DOUBLE (about 30% faster).
+    """
     bounds = bounds_of(col)
     assert bounds is not None
     name = quote(col.name)
@@ -182,7 +188,8 @@ def key_sql(key: GroupKey, col: Column, ctx: Context) -> str:
             value = f"CAST(floor({value}) AS BIGINT)"
         code = f"{value} - {int(col.bounds[0])}"
     else:
-        assert col.bounds is not None and key.width is not None
+        assert col.bounds is not None
+        assert key.width is not None
         first = math.floor(col.bounds[0] / key.width)
         code = (f"CAST(floor(CAST({_clamped(col, ctx)} AS DOUBLE) / {sql_literal(key.width)}) "
                 f"AS BIGINT) - {first}")
@@ -249,7 +256,7 @@ def calibrate(plan: QueryPlan, cost: PrivacyCost, accounting: Kind,
     """The noise of each measure, with ``cost`` split equally among the measures."""
     shares = cost.split([1] * len(plan.measures))
     out = []
-    for measure, share in zip(plan.measures, shares):
+    for measure, share in zip(plan.measures, shares, strict=True):
         col = plan.dataset.column(measure.column) if measure.column else None
         exponent, per_row = fixed_point(measure, col, ctx)
         sensitivity = plan.dataset.max_rows * per_row

@@ -13,7 +13,7 @@ noise alone.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -26,7 +26,7 @@ from dpsql.query.model import Aggregate, QueryPlan
 from dpsql.query.parse import bounds_of
 from dpsql.query.plan import key_arrays, midpoint
 
-Value = pa.Array | pa.ChunkedArray | pa.Scalar
+Value: TypeAlias = Any  # a pyarrow Array, ChunkedArray or Scalar
 
 
 def _sum_values(units: np.ndarray, noise_: Noise) -> np.ndarray:

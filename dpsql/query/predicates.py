@@ -53,7 +53,7 @@ def sql_type(duckdb_type: str) -> Type:
     return "other"
 
 
-def number_literal(text: str, node: exp.Expr, source: str) -> exp.Literal:
+def number_literal(text: str, node: exp.Expr, source: str) -> exp.Expr:
     """A numeric literal in canonical form (int64 or a finite double), or QueryRejected."""
     try:
         value = int(text)
@@ -105,6 +105,7 @@ class RowScope:
         return col
 
     def type_of(self, col: Column) -> Type:
+        """The predicate type class of a resolved column."""
         return sql_type(self.types[col.name])
 
 
@@ -138,6 +139,7 @@ class RowChecker:
         return rewritten
 
     def check(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
+        """The total rewrite of ``node`` and its type, or QueryRejected."""
         handler = self.handlers.get(type(node))
         if handler is not None:
             return handler(node)

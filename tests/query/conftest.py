@@ -21,8 +21,10 @@ from tests.conftest import ADULT_POLICY, ADULT_SAMPLE, SHARED
 ROOT = Path(__file__).resolve().parents[2]
 ACS_POLICY = ROOT / "policies" / "acs.yaml"
 # shared/ sits beside the clone (CI, the lead's checkout) or two levels up (a worktree).
-ACS_DATA = next((d / "acs" / "national2019.csv" for d in (SHARED, ROOT.parents[1] / "shared" / "data")
-                 if (d / "acs" / "national2019.csv").exists()), SHARED / "acs" / "national2019.csv")
+_SHARED_DIRS = (SHARED, ROOT.parents[1] / "shared" / "data")
+ACS_DATA = next((d / "acs" / "national2019.csv" for d in _SHARED_DIRS
+                 if (d / "acs" / "national2019.csv").exists()),
+                SHARED / "acs" / "national2019.csv")
 
 
 class SeededEntropy:

@@ -39,7 +39,8 @@ def test_count_charges_the_default_and_calibrates_to_it(pure_adult: Session) -> 
     assert info["mechanism"] == "discrete_laplace"
     assert info["scale"] == laplace(1, Fraction(1, 10))
     assert answer.remaining == PrivacyCost.pure("4.9")
-    assert "epsilon=0.1" in (answer.notice or "") and "epsilon=4.9" in (answer.notice or "")
+    assert "epsilon=0.1" in (answer.notice or "")
+    assert "epsilon=4.9" in (answer.notice or "")
 
 
 def test_avg_charges_both_its_sum_and_its_count(pure_adult: Session) -> None:
@@ -132,7 +133,8 @@ def test_cache_returns_the_same_numbers_for_free(pure_adult: Session) -> None:
     sql = "SELECT race, COUNT(*) AS n, AVG(age) AS a FROM adult GROUP BY race"
     first = pure_adult.sql(sql)
     again = pure_adult.sql(sql + " ORDER BY n DESC LIMIT 2")  # post-processing only
-    assert again.cached and again.cost.is_zero
+    assert again.cached
+    assert again.cost.is_zero
     by_race = {r["race"]: r for r in first.table.to_pylist()}
     for row in again.table.to_pylist():
         assert row == by_race[row["race"]]
@@ -182,17 +184,20 @@ def test_a_failure_after_the_charge_keeps_it_and_says_nothing_of_the_data(
     monkeypatch.setattr(_DuckDBPrepared, "run", broken)
     with pytest.raises(dpsql.InternalError) as caught:
         pure_adult.sql("SELECT COUNT(*) FROM adult")
-    assert "42" not in str(caught.value) and "secret" not in str(caught.value)
+    assert "42" not in str(caught.value)
+    assert "secret" not in str(caught.value)
     assert caught.value.__cause__ is None
     assert charges(pure_adult) == 1
     last = pure_adult.audit(last=1)[0]
-    assert last["outcome"] == "failed" and "secret" not in (last["reason"] or "")
+    assert last["outcome"] == "failed"
+    assert "secret" not in (last["reason"] or "")
 
 
 def test_explain_privacy_charges_nothing_and_matches_the_answer(pure_adult: Session) -> None:
     sql = "SELECT sex, COUNT(*) AS n, AVG(age) AS a FROM adult GROUP BY sex"
     explained = pure_adult.sql("EXPLAIN PRIVACY " + sql)
-    assert explained.kind == "explain" and explained.cost.is_zero
+    assert explained.kind == "explain"
+    assert explained.cost.is_zero
     assert charges(pure_adult) == 0
     assert explained.table.column("aggregate").to_pylist() == [
         "COUNT(*)", "AVG(age) [sum]", "AVG(age) [count]"]
@@ -207,7 +212,9 @@ def test_rejections_are_audited_without_a_charge(pure_adult: Session) -> None:
         pure_adult.sql("SELECT MAX(age) FROM adult")
     assert charges(pure_adult) == 0
     row = pure_adult.audit(last=1)[0]
-    assert row["outcome"] == "rejected" and "MAX" in row["reason"] and row["cost"] is None
+    assert row["outcome"] == "rejected"
+    assert "MAX" in row["reason"]
+    assert row["cost"] is None
 
 
 def test_unbounded_budget_means_no_noise(exact_adult: Session) -> None:

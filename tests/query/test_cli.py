@@ -25,8 +25,10 @@ def test_query_prints_the_table_and_the_cost(store_path: Path) -> None:
                        "--db", str(store_path), "--user", "alice")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["sex", "n"] and len(lines) == 4
-    assert "charged rho=" in result.stderr and "remaining" in result.stderr
+    assert lines[0].split() == ["sex", "n"]
+    assert len(lines) == 4
+    assert "charged rho=" in result.stderr
+    assert "remaining" in result.stderr
 
 
 def test_query_json(store_path: Path) -> None:
@@ -34,10 +36,12 @@ def test_query_json(store_path: Path) -> None:
                        "--db", str(store_path), "--user", "alice", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["kind"] == "dp" and data["dataset"] == "adult"
+    assert data["kind"] == "dp"
+    assert data["dataset"] == "adult"
     assert list(data["rows"][0]) == ["avg_age"]
     assert data["columns"]["avg_age"]["sum"]["mechanism"] == "discrete_gaussian"
-    assert data["cost"]["rho"] and data["remaining"]["epsilon"] < 2
+    assert data["cost"]["rho"]
+    assert data["remaining"]["epsilon"] < 2
 
 
 def test_query_rejection_exit_code_and_json_error(store_path: Path) -> None:
@@ -67,14 +71,17 @@ def test_shell_session(store_path: Path, tmp_path: Path) -> None:
                        home=tmp_path)
     assert result.returncode == 0, result.stderr
     out, err = result.stdout, result.stderr
-    assert "race" in out and out.count("\n") > 10
+    assert "race" in out
+    assert out.count("\n") > 10
     assert "epsilon=0.2 at delta" in err  # the session option was used
     assert "MIN has no differentially private mechanism" in err  # the shell kept going
     assert "remaining_epsilon" in out  # \budget
-    assert "SUM(capital_gain)" in out and "would cost" in err  # \explain
+    assert "SUM(capital_gain)" in out
+    assert "would cost" in err
     assert "\\explain QUERY" in out  # \help
     assert "unknown command \\nonsense" in err
     with dpsql.connect(store_path, "alice") as alice:
         assert alice.sql("SELECT race, COUNT(*) AS n FROM adult GROUP BY race").cached is False
         outcomes = [r["outcome"] for r in alice.audit()]
-    assert outcomes.count("answered") == 2 and "rejected" in outcomes
+    assert outcomes.count("answered") == 2
+    assert "rejected" in outcomes

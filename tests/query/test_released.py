@@ -89,4 +89,5 @@ def test_released_queries_reach_nothing_else(released: Session, engine_calls: li
 
 def test_a_query_without_from_is_answered_free(released: Session) -> None:
     answer = released.sql("SELECT 1 + 1 AS two")
-    assert answer.kind == "released" and answer.table.to_pylist() == [{"two": 2}]
+    assert answer.kind == "released"
+    assert answer.table.to_pylist() == [{"two": 2}]

@@ -48,7 +48,8 @@ def test_set_show_reset(adult: Session) -> None:
     shown = adult.sql("SHOW dpsql.epsilon").table.to_pylist()
     assert shown == [{"name": "dpsql.epsilon", "value": "0.25", "source": "session"}]
     adult.sql("SET dpsql.rho = 0.001")  # replaces epsilon
-    assert "epsilon" not in adult.options and adult.options["rho"] == "0.001"
+    assert "epsilon" not in adult.options
+    assert adult.options["rho"] == "0.001"
     assert adult.sql("SELECT COUNT(*) FROM adult").cost == PrivacyCost.zcdp("0.001")
     assert adult.sql("RESET ALL").status == "RESET"
     assert adult.options == {}
@@ -64,7 +65,8 @@ def test_budget_statements_agree(adult: Session) -> None:
     assert shown.table.equals(selected.table)
     row = shown.table.to_pylist()[0]
     standing = adult.budget()[0]
-    assert row["dataset"] == "adult" and row["unit"] == "rho"
+    assert row["dataset"] == "adult"
+    assert row["unit"] == "rho"
     assert row["spent"] == pytest.approx(float(standing.spent))
     assert row["remaining"] == pytest.approx(float(standing.remaining))
     assert row["remaining_epsilon"] == pytest.approx(standing.remaining.epsilon(1e-6))
@@ -92,7 +94,7 @@ def test_pure_policy_refuses_delta_and_rho(pure_adult: Session) -> None:
 def test_a_policy_without_a_default_needs_an_epsilon(build: Callable[..., Path]) -> None:
     text = with_budgets(ADULT_POLICY, budget={"epsilon": 5})  # no query_cap, no default
     with dpsql.connect(build(text), "alice") as alice:
-        with pytest.raises(dpsql.QueryRejected, match="SET dpsql.epsilon"):
+        with pytest.raises(dpsql.QueryRejected, match=r"SET dpsql\.epsilon"):
             alice.sql("SELECT COUNT(*) FROM adult")
         alice.sql("SET dpsql.epsilon = 0.3")
         assert alice.sql("SELECT COUNT(*) FROM adult").cost == alice.cost(epsilon="0.3")
@@ -128,7 +130,8 @@ def test_error_positions_and_advice(adult: Session) -> None:
 def test_show_datasets_lists_public_schema_only(adult: Session) -> None:
     table = adult.sql("SHOW dpsql.datasets").table
     columns = table.column("column").to_pylist()
-    assert "fnlwgt" not in columns and "age" in columns
+    assert "fnlwgt" not in columns
+    assert "age" in columns
     rows = {r["column"]: r for r in table.to_pylist()}
     assert rows["age"]["group_by"] == "dp_bin(age)"
     assert rows["education_num"]["group_by"] == "education_num"
