@@ -464,6 +464,10 @@ class _Planner:
             elif isinstance(node, exp.Column) and not node.table \
                     and node.name.lower() in by_name:
                 expr = by_name[node.name.lower()].expr
+            elif isinstance(node, (exp.Literal, exp.Null, exp.Boolean)):
+                raise reject(self.text, "ORDER BY a constant has no effect", node,
+                             construct="ORDER BY", advice="order by a column position "
+                             "(ORDER BY 1), a key, an alias or an aggregate")
             else:
                 expr, _ = post.check(node)
             desc = bool(item.args.get("desc")) if isinstance(item, exp.Ordered) else False

@@ -102,7 +102,7 @@ def base_table(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Noise, ..
 def answer_table(plan: QueryPlan, base: pa.Table, confidence: float | None) -> pa.Table:
     """Apply HAVING, the SELECT expressions, ORDER BY and LIMIT/OFFSET to the noisy cells."""
     if plan.having is not None:
-        keep = _as_array(evaluate(plan.having, base), base.num_rows)
+        keep = _typed(_as_array(evaluate(plan.having, base), base.num_rows), pa.bool_())
         base = base.filter(pc.fill_null(keep, False))
     if plan.order:
         base = base.take(pa.array(_order_indices(plan, base), type=pa.int64()))
@@ -122,6 +122,8 @@ def _order_indices(plan: QueryPlan, table: pa.Table) -> np.ndarray:
     keys = []
     for item in plan.order:
         values = _as_array(evaluate(item.expr, table), table.num_rows)
+        if pa.types.is_null(_type(values)):
+            continue  # ORDER BY NULL: a constant, no effect on the order
         nulls_last = not item.nulls_first
         # Nulls sort after every value when (ascending and nulls last) or (descending and
         # nulls first); ranking them at the other end and negating flips them as needed.
@@ -154,9 +156,16 @@ def evaluate(node: exp.Expr, table: pa.Table) -> Value:
     """Evaluate a validated post-processing expression over ``table`` (SQL null semantics)."""
     op = _BINARY.get(type(node))
     if op is not None:
-        return op(_float(evaluate(node.this, table)) if isinstance(node, (exp.Add, exp.Sub,
-                                                                          exp.Mul)) else
-                  evaluate(node.this, table), evaluate(node.expression, table))
+        left, right = evaluate(node.this, table), evaluate(node.expression, table)
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+            left, right = _float(left), _float(right)
+        elif isinstance(node, (exp.And, exp.Or)):
+            left, right = _typed(left, pa.bool_()), _typed(right, pa.bool_())
+        else:
+            left, right = _typed(left, _type(right)), _typed(right, _type(left))
+            if pa.types.is_null(_type(left)):  # NULL = NULL, NULL < NULL, ...
+                return pa.scalar(None, pa.bool_())
+        return op(left, right)
     if isinstance(node, exp.Column):
         return table.column(node.name)
     if isinstance(node, exp.Literal):
@@ -181,22 +190,27 @@ def evaluate(node: exp.Expr, table: pa.Table) -> Value:
         return pc.if_else(zero, pa.scalar(None, pa.float64()),
                           pc.divide(left, pc.if_else(zero, 1.0, right)))
     if isinstance(node, exp.Not):
-        return pc.invert(evaluate(node.this, table))
+        return pc.invert(_typed(evaluate(node.this, table), pa.bool_()))
     return _evaluate_more(node, table)
 
 
 def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
     if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)):
         left, right = evaluate(node.this, table), evaluate(node.expression, table)
+        left, right = _typed(left, _type(right)), _typed(right, _type(left))
+        if pa.types.is_null(_type(left)):
+            return pa.scalar(isinstance(node, exp.NullSafeEQ))
         both_null = pc.and_(pc.is_null(left), pc.is_null(right))
         same = pc.if_else(both_null, True, pc.fill_null(pc.equal(left, right), False))
         return same if isinstance(node, exp.NullSafeEQ) else pc.invert(same)
     if isinstance(node, exp.Between):
-        value = evaluate(node.this, table)
-        return pc.and_kleene(pc.greater_equal(value, evaluate(node.args["low"], table)),
-                             pc.less_equal(value, evaluate(node.args["high"], table)))
+        low = exp.GTE(this=node.this, expression=node.args["low"])
+        high = exp.LTE(this=node.this, expression=node.args["high"])
+        return evaluate(exp.And(this=low, expression=high), table)
     if isinstance(node, exp.In):
         value = evaluate(node.this, table)
+        if pa.types.is_null(_type(value)):
+            return pa.scalar(None, pa.bool_())
         items = [evaluate(e, table) for e in node.expressions]
         found = pc.is_in(value, value_set=pa.array([i.as_py() for i in items]).cast(
             _type(value)))
@@ -209,19 +223,23 @@ def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
     if isinstance(node, (exp.Like, exp.ILike, exp.Escape)):
         return _like(node, table)
     if isinstance(node, exp.Abs):
-        return pc.abs(evaluate(node.this, table))
+        return pc.abs(_float(evaluate(node.this, table)))
     if isinstance(node, exp.Round):
         digits = int(node.args["decimals"].this) if node.args.get("decimals") else 0
         return pc.round(_float(evaluate(node.this, table)), ndigits=digits,
                         round_mode="half_towards_infinity")
     if isinstance(node, exp.Lower):
-        return pc.utf8_lower(evaluate(node.this, table))
+        return pc.utf8_lower(_typed(evaluate(node.this, table), pa.string()))
     if isinstance(node, exp.Upper):
-        return pc.utf8_upper(evaluate(node.this, table))
+        return pc.utf8_upper(_typed(evaluate(node.this, table), pa.string()))
     if isinstance(node, exp.Length):
-        return pc.utf8_length(evaluate(node.this, table))
+        return pc.utf8_length(_typed(evaluate(node.this, table), pa.string()))
     if isinstance(node, exp.Coalesce):
-        return pc.coalesce(*[evaluate(n, table) for n in [node.this, *node.expressions]])
+        parts = [evaluate(n, table) for n in [node.this, *node.expressions]]
+        typed = [p for p in parts if not pa.types.is_null(_type(p))]
+        if not typed:
+            return parts[0]
+        return pc.coalesce(*[_typed(p, _type(typed[0])) for p in parts])
     raise InternalError(f"post-processing cannot evaluate {node.key}; this is a bug in dpsql")
 
 
@@ -230,7 +248,8 @@ def _like(node: exp.Expr, table: pa.Table) -> Value:
     if isinstance(node, exp.Escape):
         escape = node.expression.this
         node = node.this
-    return pc.match_like(evaluate(node.this, table), arrow_pattern(node.expression.this, escape),
+    value = _typed(evaluate(node.this, table), pa.string())
+    return pc.match_like(value, arrow_pattern(node.expression.this, escape),
                          ignore_case=isinstance(node, exp.ILike))
 
 
@@ -251,6 +270,13 @@ def arrow_pattern(pattern: str, escape: str | None) -> str:
 
 def _type(value: Value) -> pa.DataType:
     return value.type
+
+
+def _typed(value: Value, kind: pa.DataType) -> Value:
+    """A NULL literal (Arrow's null type) as a null of ``kind``; anything else unchanged."""
+    if pa.types.is_null(_type(value)) and not pa.types.is_null(kind):
+        return pc.cast(value, kind)
+    return value
 
 
 def _float(value: Value) -> Value:

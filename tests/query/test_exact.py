@@ -80,6 +80,21 @@ ORDERED_CASES = [
      "GROUP BY workclass HAVING workclass IN (1, 2, 3) ORDER BY 1"),
 ]
 
+# Post-processing of constants and NULLs follows SQL (one row, compared with DuckDB).
+CONSTANT_CASES = [
+    "SELECT COUNT(*) + NULL, COUNT(*) = NULL, NULL = NULL, NULL AND TRUE, NOT NULL FROM adult",
+    "SELECT coalesce(NULL, COUNT(*)), abs(NULL), round(NULL), -NULL FROM adult",
+    "SELECT NULL LIKE 'a', lower(NULL), length(NULL), NULL IN (1, 2), NULL IS NULL, COUNT(*) "
+    "FROM adult",
+    "SELECT NULL IS DISTINCT FROM NULL, COUNT(*) IS NOT DISTINCT FROM NULL, NULL BETWEEN 1 "
+    "AND 2 FROM adult",
+    "SELECT TRUE, 'x', 1.5, lower('AbC'), length('abc') + COUNT(*), 'ab' LIKE 'a%' FROM adult",
+    "SELECT SUM(age) / COUNT(*), abs(-SUM(age)), round(AVG(age), 2) FROM adult",
+    "SELECT COUNT(*) FROM adult HAVING NULL",
+    "SELECT COUNT(*) FROM adult HAVING NOT (COUNT(*) > 5 OR NULL)",
+    "SELECT COUNT(*) FROM adult HAVING TRUE ORDER BY 1",
+]
+
 ACS_CASES = [
     ("string_keys_like", "SELECT puma, COUNT(*) FROM acs WHERE puma LIKE '%-0%' GROUP BY "
      "puma", "SELECT puma, COUNT(*) FROM acs WHERE puma LIKE '%-0%' GROUP BY puma", 1),
@@ -149,6 +164,22 @@ def test_post_processing_matches_plain_duckdb(exact_adult: Session, dp_sql: str,
     assert len(got) == len(expected)
     for a, b in zip(got, expected, strict=True):
         assert all(close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
+
+
+@pytest.mark.parametrize("sql", CONSTANT_CASES)
+def test_constants_and_nulls_in_post_processing(exact_adult: Session, sql: str) -> None:
+    got = [tuple(r.values()) for r in exact_adult.sql(sql).table.to_pylist()]
+    expected = plain(exact_adult, sql)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert all(close(x, y) for x, y in zip(a, b, strict=True)), (a, b)
+
+
+def test_division_by_zero_is_null_not_an_error(exact_adult: Session) -> None:
+    """DuckDB raises on x / 0; post-processing is total (NULL), like SQL's NULLIF idiom."""
+    row = exact_adult.sql("SELECT COUNT(*) / 0 AS a, COUNT(*) / (COUNT(*) - COUNT(*)) AS b "
+                          "FROM adult").table.to_pylist()[0]
+    assert row == {"a": None, "b": None}
 
 
 @pytest.mark.parametrize(("dp_sql", "ref_sql", "keys"), [c[1:] for c in ACS_CASES],
