@@ -72,8 +72,9 @@ def count_marginals(source: duckdb.DuckDBPyRelation, domain: Domain,
     sql = (f"WITH _bounded AS (SELECT * FROM _dpsql_source), _enc AS ({encoded}) "
            f"SELECT {cols + ', ' if used else ''}{gid} AS _gid, count(*) AS _n "
            f"FROM _enc GROUP BY GROUPING SETS ({grouping})")
-    con = source.query("_dpsql_source", sql)
-    table = con.fetchnumpy()
+    result = source.query("_dpsql_source", sql)
+    assert result is not None
+    table = result.fetchnumpy()
     gids = np.asarray(table["_gid"], dtype=np.int64)
     counts = np.asarray(table["_n"], dtype=np.int64)
     out = []
@@ -111,13 +112,18 @@ def measure_marginals(source: duckdb.DuckDBPyRelation, domain: Domain,
     parts = budget.split(list(shares) if shares is not None else [1] * len(marginals))
     exact = count_marginals(source, domain, marginals)
     return [
-        _noisy(tuple(m), counts, part, domain.max_rows)
+        measure_counts(tuple(m), counts, part, domain.max_rows)
         for m, counts, part in zip(marginals, exact, parts)
     ]
 
 
-def _noisy(columns: tuple[str, ...], counts: np.ndarray, cost: PrivacyCost,
-           sensitivity: int) -> Measurement:
+def measure_counts(columns: tuple[str, ...], counts: np.ndarray, cost: PrivacyCost,
+                   sensitivity: int) -> Measurement:
+    """Noise one vector of exact counts whose L1 and L2 sensitivity is ``sensitivity``.
+
+    Privacy: discrete Laplace (pure) or discrete Gaussian (zCDP) calibrated to
+    ``cost``; the returned measurement's cost is at most ``cost``.
+    """
     flat = counts.reshape(-1)
     if cost.kind == "pure":
         lap = LaplaceMechanism.calibrate(sensitivity, cost)
