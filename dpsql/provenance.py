@@ -1,0 +1,165 @@
+"""The provenance record of a release: what, how, from what, at what privacy cost.
+
+One JSON record per release, stored in ``dpsql.releases`` (in the same
+transaction as the table), in the table's COMMENT, and in the Parquet
+key-value metadata of an export. It holds public facts (policy, domain,
+parameters) and DP outputs (noise scales, measurement descriptors, the DP row
+estimate); never a non-DP statistic of the source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from dpsql.errors import ReleaseError
+from dpsql.policy import Policy, did_you_mean
+from dpsql.store import Store
+
+FORMAT = "dpsql.provenance/1"
+METADATA_KEY = b"dpsql.provenance"
+_COLUMNS = ("release_id", "name", "dataset", "synthesizer", "privacy", "released_by",
+            "released_at", "superseded_by", "record")
+
+
+def _plain(value: Any) -> Any:
+    """JSON fallback for numpy scalars and arrays, fractions and datetimes."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Fraction):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    return str(value)
+
+
+def _finite(value: Any) -> Any:
+    """Replace NaN and infinities (not valid JSON) by strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_json(record: dict[str, Any], *, indent: int | None = None) -> str:
+    """The record as strict JSON (numpy values and fractions converted)."""
+    plain = json.loads(json.dumps(record, default=_plain))
+    return json.dumps(_finite(plain), indent=indent, sort_keys=indent is not None,
+                      allow_nan=False)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` converted to plain JSON types (what the record will hold)."""
+    return json.loads(to_json({"v": value}))["v"]
+
+
+def dataset_fingerprint(policy: Policy, dataset: str, column_types: dict[str, str]) -> str:
+    """A hash of the dataset's public description: its policy section and column types.
+
+    Never of the data: a hash of private rows would let anyone test a guess.
+    """
+    section = json.loads(policy.canonical)["datasets"][dataset]
+    text = json.dumps({"dataset": dataset, "policy": section, "types": column_types},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def comment(record: dict[str, Any]) -> str:
+    """The table COMMENT: a one-line summary and the full record."""
+    cost = record.get("cost", {}).get("charged", {})
+    summary = (f"dpsql release {record['release_id']} of {record['dataset']['name']} by "
+               f"{record['synthesizer']['name']} ({record['privacy']}, {_cost_text(cost)})")
+    return summary + "\n" + to_json(record)
+
+
+def _cost_text(cost: dict[str, Any]) -> str:
+    if "rho" in cost:
+        text = f"rho={cost['rho']}"
+        if "epsilon" in cost:
+            text += f", epsilon={cost['epsilon']:.4g} at delta={cost.get('delta'):g}"
+        return text
+    if "epsilon" in cost:
+        return f"epsilon={cost['epsilon']}"
+    return "no privacy budget"
+
+
+def sql_string(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def insert(cur: duckdb.DuckDBPyConnection, record: dict[str, Any]) -> None:
+    """Add the provenance row of a new release (inside the release's transaction)."""
+    cur.execute(
+        "INSERT INTO dpsql.releases VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+        [record["release_id"], record["name"], record["dataset"]["name"],
+         record["synthesizer"]["name"], record["privacy"], record["released_by"],
+         datetime.fromisoformat(record["released_at"]), to_json(record)],
+    )
+
+
+def update(cur: duckdb.DuckDBPyConnection, record: dict[str, Any]) -> None:
+    """Rewrite the record of an existing release (more copies were added)."""
+    cur.execute("UPDATE dpsql.releases SET record = ? WHERE release_id = ?",
+                [to_json(record), record["release_id"]])
+
+
+def supersede(cur: duckdb.DuckDBPyConnection, old_id: str, new_id: str) -> None:
+    """Mark a replaced release's row as superseded by ``new_id`` (the row is kept)."""
+    cur.execute("UPDATE dpsql.releases SET superseded_by = ? WHERE release_id = ?",
+                [new_id, old_id])
+
+
+def _row(row: tuple[Any, ...]) -> dict[str, Any]:
+    entry = dict(zip(_COLUMNS, row))
+    entry["record"] = json.loads(entry["record"])
+    return entry
+
+
+def current(store: Store, name: str,
+            cur: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any] | None:
+    """The live (not superseded) release row named ``name``, or None."""
+    cur = cur or store.cursor()
+    row = cur.execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM dpsql.releases "
+        "WHERE name = ? AND superseded_by IS NULL", [name]).fetchone()
+    return _row(row) if row else None
+
+
+def find(store: Store, name: str) -> dict[str, Any]:
+    """The live release named ``name``; unknown names raise with a did-you-mean."""
+    entry = current(store, name)
+    if entry is None:
+        names = [r["name"] for r in releases(store)]
+        raise ReleaseError(f"no release named {name!r}{did_you_mean(name, names)}; list them "
+                           "with: dpsql releases list")
+    return entry
+
+
+def releases(store: Store, *, include_superseded: bool = False) -> list[dict[str, Any]]:
+    """Release rows, oldest first (live ones only unless ``include_superseded``)."""
+    where = "" if include_superseded else " WHERE superseded_by IS NULL"
+    rows = store.cursor().execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM dpsql.releases{where} "
+        "ORDER BY released_at, release_id").fetchall()
+    return [_row(r) for r in rows]
