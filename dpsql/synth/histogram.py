@@ -152,7 +152,7 @@ def restore_histogram(state: dict[str, Any], domain: Domain) -> FittedHistogram:
             postprocess=state["postprocess"], measurements=state["measurements"],
             parameters=state["parameters"], diagnostics=state["diagnostics"],
         )
-    except (KeyError, ValueError, TypeError) as err:
+    except (KeyError, ValueError, TypeError, ConfigurationError) as err:
         raise ReleaseError("the stored state does not fit this release's domain (was the "
                            "policy's domain changed?); release again instead") from err
 

@@ -12,6 +12,8 @@ that the ``udfs.dp_range_count`` macros read for free.
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -78,6 +80,85 @@ def consistent_tree(measured: list[np.ndarray], variances: list[np.ndarray],
     return final
 
 
+# -- choosing the branching factor (public arithmetic: bins and accounting only) --------------
+
+MAX_EXACT_LEAVES = 512  # above this, a fixed branching instead of the exact comparison
+CANDIDATES = (0, 2, 3, 4, 8, 16)  # 0: no tree, one flat noisy histogram
+
+
+def tree_height(bins: tuple[int, ...], branching: int) -> int:
+    """Levels below the root so that branching**height covers every axis (0: flat)."""
+    if branching == 0:
+        return 0
+    height = 1
+    while branching**height < max(bins):
+        height += 1
+    return height
+
+
+def level_variance(levels: int, kind: str) -> float:
+    """Noise variance of one tree level, in units of a flat histogram cell's at the same budget.
+
+    An equal split over L levels multiplies the variance by L under zCDP (rho
+    splits) and by L^2 under pure DP (epsilon splits).
+    """
+    return float(levels if kind == "zcdp" else levels**2)
+
+
+def leaf_information(bins: tuple[int, ...], branching: int, weights: list[float]) -> np.ndarray:
+    """``A^T W A`` over the real leaves (row-major): the inverse covariance of the consistent
+    leaf estimates when level l's noise has variance 1 / weights[l] (root first).
+    """
+    height = len(weights) - 1
+    grids = np.meshgrid(*[np.arange(n) for n in bins], indexing="ij")
+    coords = [g.ravel() for g in grids]
+    information = np.zeros((coords[0].size, coords[0].size))
+    for level, weight in enumerate(weights):
+        factor = branching ** (height - level)
+        node = np.zeros(coords[0].size, dtype=np.int64)
+        for c, n in zip(coords, bins):
+            node = node * n + c // factor
+        information += weight * np.equal.outer(node, node)
+    return information
+
+
+def range_weights(bins: tuple[int, ...]) -> np.ndarray:
+    """For every pair of leaves (row-major), how many axis-aligned ranges contain both."""
+    weight = np.ones((1, 1))
+    for n in bins:
+        i = np.arange(n)
+        weight = np.kron(weight, (np.minimum.outer(i, i) + 1) * (n - np.maximum.outer(i, i)))
+    return weight
+
+
+@functools.lru_cache(maxsize=256)
+def average_range_variance(bins: tuple[int, ...], branching: int, kind: str) -> float:
+    """Mean variance of a range count over all ranges, relative to a flat histogram's mean.
+
+    Exact: the consistent tree is the least-squares estimate, whose covariance is
+    the inverse of :func:`leaf_information`.
+    """
+    levels = tree_height(bins, branching) + 1
+    per_level = level_variance(levels, kind)
+    covariance = np.linalg.inv(leaf_information(bins, branching, [1 / per_level] * levels))
+    weight = range_weights(bins)
+    return float((covariance * weight).sum() / np.trace(weight))
+
+
+@functools.lru_cache(maxsize=256)
+def choose_branching(bins: tuple[int, ...], kind: str) -> int:
+    """The branching factor (0: flat) with the smallest mean range variance.
+
+    Exact up to MAX_EXACT_LEAVES leaves; beyond, the factor that wins at that
+    size (2 under zCDP; 8, or 4 per axis for two columns, under pure DP).
+    """
+    if math.prod(bins) > MAX_EXACT_LEAVES:
+        return 2 if kind == "zcdp" else (8 if len(bins) == 1 else 4)
+    scores = {b: average_range_variance(bins, b, kind) for b in CANDIDATES
+              if (b ** tree_height(bins, b)) ** len(bins) <= MAX_LEAVES}
+    return min(scores, key=lambda b: (scores[b], b))
+
+
 @dataclass
 class FittedRangeTree:
     """Consistent leaf counts of the tree; a representation for range queries.
@@ -92,6 +173,7 @@ class FittedRangeTree:
     branching: int
     levels: int
     measurements: list[dict[str, Any]]
+    relative_variance: float | None = None  # mean range variance / a flat histogram's
 
     def representation(self) -> pa.Table:
         """The released table: one row per leaf bin with its value range and count."""
@@ -124,8 +206,47 @@ class FittedRangeTree:
             "measurements": self.measurements,
             "diagnostics": {"leaves": int(self.leaves.size), "row_estimate": self.rows,
                             "consistency": "least squares (Hay et al. 2010)",
+                            "mean_range_variance_vs_flat_histogram": self.relative_variance,
                             "warnings": []},
         }
+
+
+def noisy_tree(exact: np.ndarray, branching: int, budget: PrivacyCost, sensitivity: int,
+               progress: Progress | None = None) -> tuple[np.ndarray, PrivacyCost,
+                                                           list[dict[str, Any]]]:
+    """Consistent leaf estimates of the exact leaf counts ``exact`` (one axis per column).
+
+    Privacy: each level is a partition of the rows (sensitivity ``sensitivity``);
+    levels get equal shares of ``budget`` and compose to at most it. Returns the
+    leaves, the cost spent and one descriptor per level (no counts).
+    """
+    report = progress or silent
+    bins = exact.shape
+    height = tree_height(bins, branching)
+    real = tuple(slice(0, n) for n in bins)
+    shape = bins if height == 0 else (branching**height,) * exact.ndim
+    padded = np.zeros(shape, dtype=np.int64)
+    padded[real] = exact
+    mask = np.zeros(padded.shape, dtype=np.int64)
+    mask[real] = 1
+    measured, variances, descriptors = [], [], []
+    spent = PrivacyCost.zero(budget.kind)
+    for level, cost in enumerate(budget.split([1] * (height + 1))):
+        report("measure", level, height + 1)
+        factor = branching ** (height - level)
+        counts = aggregate(padded, factor)
+        inside = aggregate(mask, factor) > 0  # padding-only nodes are known to be empty
+        noisy = measure_counts((f"level {level}",), counts[inside], cost, sensitivity)
+        y = np.zeros(counts.shape)
+        y[inside] = noisy.noisy
+        var = np.zeros(counts.shape)
+        var[inside] = noisy.variance
+        measured.append(y)
+        variances.append(var)
+        spent = spent + noisy.cost
+        descriptors.append({**noisy.describe(), "level": level})
+    report("measure", height + 1, height + 1)
+    return consistent_tree(measured, variances, branching)[-1][real], spent, descriptors
 
 
 @register("range")
@@ -133,16 +254,19 @@ class FittedRangeTree:
 class RangeTree:
     """A DP tree histogram of one or two numeric columns, answering any range query.
 
-    Options: ``branching`` (children per node along each axis; default 16 for
-    one column and 4 for two, near the optimum of Qardaji, Yang & Li 2013).
-    The release is the table of consistent leaf counts, not rows; query it
-    with ``udfs.dp_range_count(release, lo, hi)`` (and ``dp_range_count2``).
+    Options: ``branching`` (children per node along each axis, 0 for a flat
+    histogram); by default the one of 0, 2, 3, 4, 8, 16 with the smallest mean
+    variance over all ranges, computed exactly from the bins and the accounting
+    (public facts): small domains under pure DP are best served flat. The
+    release is the table of consistent leaf counts, not rows; query it with
+    ``udfs.dp_range_count(release, lo, hi)`` (and ``dp_range_count2``).
 
     Privacy: each tree level partitions the bounded rows (L1 and L2
     sensitivity max_rows); the levels compose sequentially with equal budget
     shares; Laplace under pure DP, Gaussian under zCDP. Padding cells beyond
     the policy's bins are known to be empty and get no noise. Consistency is
-    post-processing. Hay, Rastogi, Miklau & Suciu, VLDB 2010.
+    post-processing. Hay, Rastogi, Miklau & Suciu, VLDB 2010; Qardaji, Yang &
+    Li, VLDB 2013.
     """
 
     name: ClassVar[str] = "range"
@@ -151,11 +275,14 @@ class RangeTree:
     branching: int | None = None
 
     def __post_init__(self) -> None:
-        if self.branching is not None and self.branching < 2:
-            raise ConfigurationError(f"branching must be at least 2, got {self.branching}")
+        if self.branching is not None and (self.branching < 0 or self.branching == 1):
+            raise ConfigurationError(f"branching must be 0 (flat) or at least 2, got "
+                                     f"{self.branching}")
 
-    def _branching(self, domain: Domain) -> int:
-        return self.branching or (16 if len(domain) == 1 else 4)
+    def _branching(self, domain: Domain, kind: str) -> int:
+        if self.branching is not None:
+            return self.branching
+        return choose_branching(_bins(domain), kind)
 
     def check(self, domain: Domain, budget: PrivacyCost) -> None:
         """One or two numeric columns with bins, and a tree of reasonable size."""
@@ -168,54 +295,29 @@ class RangeTree:
                 raise ConfigurationError(
                     f"range needs numeric columns; {attribute.name!r} is "
                     f"{attribute.column.type}: use the independent or joint synthesizer")
-        side = self._branching(domain) ** _height(domain, self._branching(domain))
-        if side ** len(domain) > MAX_LEAVES:
-            raise ReleaseError(f"the padded tree would have {side ** len(domain):,} leaves; "
-                               "use coarser bins in the policy or a smaller branching")
+        b = 2 if self.branching is None else self.branching
+        leaves = (b ** tree_height(_bins(domain), b)) ** len(domain) if b else 1
+        if leaves > MAX_LEAVES:
+            raise ReleaseError(f"the padded tree would have {leaves:,} leaves; use coarser bins "
+                               "in the policy or a smaller branching")
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedRangeTree:
         """Count the leaves in DuckDB, noise every level, make the tree consistent."""
         self.check(domain, budget)
-        report = progress or silent
-        b = self._branching(domain)
-        height = _height(domain, b)
-        side = b**height
-        bins = tuple(a.bins for a in domain.attributes)
-        real = tuple(slice(0, s) for s in bins)
-        exact = np.zeros((side,) * len(domain), dtype=np.int64)
-        exact[real] = count_marginals(source, domain, [domain.names])[0][real]
-        mask = np.zeros(exact.shape, dtype=bool)
-        mask[real] = True
-        costs = budget.split([1] * (height + 1))
-        measured, variances, descriptors = [], [], []
-        spent = PrivacyCost.zero(budget.kind)
-        for level, cost in enumerate(costs):
-            report("measure", level, height + 1)
-            factor = b ** (height - level)
-            counts = aggregate(exact, factor)
-            inside = aggregate(mask.astype(np.int64), factor) > 0
-            noisy = measure_counts((f"level {level}",), counts[inside], cost, domain.max_rows)
-            y = np.zeros(counts.shape)
-            y[inside] = noisy.noisy
-            var = np.zeros(counts.shape)
-            var[inside] = noisy.variance
-            measured.append(y)
-            variances.append(var)
-            spent = spent + noisy.cost
-            descriptors.append({**noisy.describe(), "level": level,
-                                "columns": list(domain.names)})
-        report("measure", height + 1, height + 1)
-        tree = consistent_tree(measured, variances, b)
-        leaves = tree[-1][real]
-        rows = max(1, round(float(tree[0].sum())))
-        return FittedRangeTree(domain, leaves, rows, spent, b, height + 1, descriptors)
+        bins = _bins(domain)
+        b = self._branching(domain, budget.kind)
+        exact = count_marginals(source, domain, [domain.names])[0][tuple(slice(0, n)
+                                                                          for n in bins)]
+        leaves, spent, levels = noisy_tree(exact, b, budget, domain.max_rows, progress)
+        rows = max(1, round(float(leaves.sum())))
+        for level in levels:
+            level["columns"] = list(domain.names)
+        fitted = FittedRangeTree(domain, leaves, rows, spent, b, len(levels), levels)
+        if math.prod(bins) <= MAX_EXACT_LEAVES:
+            fitted.relative_variance = average_range_variance(bins, b, budget.kind)
+        return fitted
 
 
-def _height(domain: Domain, branching: int) -> int:
-    """Levels below the root so that branching**height covers every axis's bins."""
-    widest = max(a.bins for a in domain.attributes)
-    height = 1
-    while branching**height < widest:
-        height += 1
-    return height
+def _bins(domain: Domain) -> tuple[int, ...]:
+    return tuple(a.bins for a in domain.attributes)
