@@ -113,7 +113,7 @@ def measure_marginals(source: duckdb.DuckDBPyRelation, domain: Domain,
     exact = count_marginals(source, domain, marginals)
     return [
         measure_counts(tuple(m), counts, part, domain.max_rows)
-        for m, counts, part in zip(marginals, exact, parts)
+        for m, counts, part in zip(marginals, exact, parts, strict=True)
     ]
 
 
