@@ -131,7 +131,7 @@ def supersede(cur: duckdb.DuckDBPyConnection, old_id: str, new_id: str) -> None:
 
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:
-    entry = dict(zip(_COLUMNS, row))
+    entry = dict(zip(_COLUMNS, row, strict=True))
     entry["record"] = json.loads(entry["record"])
     return entry
 

@@ -118,8 +118,8 @@ def release(session: Session, dataset: str, synthesizer: str, *, name: str,
         if isinstance(err, DPSQLError) or not isinstance(err, Exception):
             raise
         raise ReleaseError(
-            f"the release failed while fitting or sampling ({type(err).__name__}); nothing "
-            f"was written{kept} (budget is never refunded); set DPSQL_DEBUG=1 for details"
+            f"the release failed ({type(err).__name__}); nothing was written{kept} (budget "
+            "is never refunded); set DPSQL_DEBUG=1 for details"
         ) from err
     ledger.finish(audit_id, "released")
     return result
@@ -267,7 +267,8 @@ def _run(session: Session, plan: _Plan, audit_id: int, report: Progress) -> Rele
                               with_copy_column=copies > 1, report=report)
     products = getattr(fitted, "products", None)
     extra: Mapping[str, pa.Table] = products() if callable(products) else {}
-    product_names = [f"{plan.name}_{check_identifier(s, 'product suffix')}" for s in extra]
+    product_names = [f"released.{plan.name}_{check_identifier(s, 'product suffix')}"
+                     for s in extra]
     state = fitted.state() if callable(getattr(fitted, "state", None)) else None
     record = _record(session, plan, audit_id, fitted, spent, description, rows, copies,
                      "representation" if representation else "rows", product_names,
@@ -348,7 +349,7 @@ def _record(session: Session, plan: _Plan, audit_id: int, fitted: Any, spent: Pr
         "products": products,
         "resumable": resumable,
         "released_by": session.user,
-        "released_at": now().isoformat(timespec="seconds"),
+        "released_at": now().isoformat(),
         "audit_id": audit_id,
         "dpsql_version": __version__,
         "extensions": [],
@@ -366,7 +367,7 @@ def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
                                "was written")
         if previous:
             for old in [previous["record"]["table"], *previous["record"].get("products", [])]:
-                cur.execute(f"DROP TABLE IF EXISTS released.{quote(old.split('.', 1)[1])}")
+                cur.execute(f"DROP TABLE IF EXISTS released.{quote(old.rpartition('.')[2])}")
             provenance.supersede(cur, previous["release_id"], record["release_id"])
             cur.execute("DELETE FROM dpsql.release_states WHERE release_id = ?",
                         [previous["release_id"]])
@@ -440,8 +441,9 @@ def release_more(session: Session, name: str, copies: int, *, seed: int | None =
                                      cost=PrivacyCost.zero(session.policy.accounting),
                                      action="release")
     record = dict(record)
+    seed_source = "generated" if seed is None else "user"
     record["extensions"] = [*record.get("extensions", []), {
-        "copies": numbers, "seed": {"value": chosen, "source": "generated" if seed is None else "user"},
+        "copies": numbers, "seed": {"value": chosen, "source": seed_source},
         "by": session.user, "at": now().isoformat(timespec="seconds"), "audit_id": audit_id}]
     record["copies"] = first - 1 + copies
     record["total_rows"] = record["rows"] * record["copies"]

@@ -294,7 +294,7 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
         ("seed", f"{rec['seed']['value']} ({rec['seed']['source']})"),
         ("products", ", ".join(rec.get("products", [])) or "none"),
         ("resumable", "yes (dpsql release-more)" if rec.get("resumable") else "no"),
-        ("released", f"by {rec['released_by']} at {rec['released_at']}"),
+        ("released", f"by {rec['released_by']} at {rec['released_at'][:19]}"),
     ]
     for ext in rec.get("extensions", []):
         facts.append(("more copies", f"{ext['copies'][0]}-{ext['copies'][-1]} by {ext['by']} "

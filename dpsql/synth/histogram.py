@@ -80,7 +80,7 @@ def combine_row_estimates(estimates: Sequence[tuple[float, float]]) -> float:
     if exact:
         return float(exact[0])
     weights = [1 / v for _, v in estimates]
-    return float(sum(w * e for w, (e, _) in zip(weights, estimates)) / sum(weights))
+    return float(sum(w * e for w, (e, _) in zip(weights, estimates, strict=True)) / sum(weights))
 
 
 # -- the fitted model -----------------------------------------------------------------------
@@ -111,9 +111,9 @@ class FittedHistogram:
     def sample(self, n: int, rng: np.random.Generator) -> pa.Table:
         """``n`` rows of codes: each marginal drawn as tuples, marginals independently."""
         columns: dict[str, np.ndarray] = {}
-        for names, table in zip(self.marginals, self.tables):
+        for names, table in zip(self.marginals, self.tables, strict=True):
             flat = rng.choice(table.size, size=n, p=table.ravel())
-            for name, codes in zip(names, np.unravel_index(flat, table.shape)):
+            for name, codes in zip(names, np.unravel_index(flat, table.shape), strict=True):
                 columns[name] = codes.astype(np.int32)
         return pa.table({name: columns[name] for name in self.domain.names})
 
@@ -143,7 +143,7 @@ def restore_histogram(state: dict[str, Any], domain: Domain) -> FittedHistogram:
     try:
         marginals = tuple(tuple(m) for m in state["marginals"])
         noisy = tuple(np.asarray(values, dtype=np.int64).reshape(domain.project(m).shape)
-                      for m, values in zip(marginals, state["noisy"]))
+                      for m, values in zip(marginals, state["noisy"], strict=True))
         spent = state["spent"]
         return FittedHistogram(
             method=state["method"], domain=domain, marginals=marginals, noisy=noisy,

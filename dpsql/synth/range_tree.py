@@ -106,8 +106,9 @@ def level_variance(levels: int, kind: str) -> float:
 
 
 def leaf_information(bins: tuple[int, ...], branching: int, weights: list[float]) -> np.ndarray:
-    """``A^T W A`` over the real leaves (row-major): the inverse covariance of the consistent
-    leaf estimates when level l's noise has variance 1 / weights[l] (root first).
+    """``A^T W A`` over the real leaves (row-major): the consistent leaves' inverse covariance.
+
+    Level l (root first) has noise variance 1 / weights[l].
     """
     height = len(weights) - 1
     grids = np.meshgrid(*[np.arange(n) for n in bins], indexing="ij")
@@ -116,7 +117,7 @@ def leaf_information(bins: tuple[int, ...], branching: int, weights: list[float]
     for level, weight in enumerate(weights):
         factor = branching ** (height - level)
         node = np.zeros(coords[0].size, dtype=np.int64)
-        for c, n in zip(coords, bins):
+        for c, n in zip(coords, bins, strict=True):
             node = node * n + c // factor
         information += weight * np.equal.outer(node, node)
     return information
@@ -179,7 +180,7 @@ class FittedRangeTree:
         """The released table: one row per leaf bin with its value range and count."""
         columns: dict[str, Any] = {}
         grids = np.meshgrid(*[np.arange(s) for s in self.leaves.shape], indexing="ij")
-        for axis, (attribute, grid) in enumerate(zip(self.domain.attributes, grids)):
+        for axis, (attribute, grid) in enumerate(zip(self.domain.attributes, grids, strict=True)):
             suffix = "" if axis == 0 else str(axis + 1)
             codes = grid.ravel()
             edges = np.asarray(attribute.column.edges, dtype=np.float64)
@@ -197,7 +198,7 @@ class FittedRangeTree:
         flat = rng.choice(table.size, size=n, p=table.ravel())
         codes = np.unravel_index(flat, table.shape)
         return pa.table({a.name: c.astype(np.int32)
-                         for a, c in zip(self.domain.attributes, codes)})
+                         for a, c in zip(self.domain.attributes, codes, strict=True)})
 
     def describe(self) -> dict[str, Any]:
         """Tree shape, per-level noise (no counts)."""

@@ -20,15 +20,15 @@ Z_BOUND = 4.892  # two-sided normal quantile for 1e-6
 
 SYNTHESIZERS = "    synthesizers: [independent, joint, range]\n"
 FINE_COLUMNS = """
-      age: {type: integer, bounds: [0, 84], bins: 1}
-      workclass: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8]}
-      occupation: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]}
-      native_country: {type: categorical, values: [%s]}
-      hours_per_week: {type: integer, bounds: [0, 98], bins: 7}
-      sex: {type: categorical, values: [0, 1]}
-      race: {type: categorical, values: [0, 1, 2, 3, 4]}
-      income_50k: {type: categorical, values: [0, 1]}
-      fnlwgt: {type: hidden}""" % ", ".join(str(i) for i in range(42))
+      age: {{type: integer, bounds: [0, 84], bins: 1}}
+      workclass: {{type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8]}}
+      occupation: {{type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]}}
+      native_country: {{type: categorical, values: [{}]}}
+      hours_per_week: {{type: integer, bounds: [0, 98], bins: 7}}
+      sex: {{type: categorical, values: [0, 1]}}
+      race: {{type: categorical, values: [0, 1, 2, 3, 4]}}
+      income_50k: {{type: categorical, values: [0, 1]}}
+      fnlwgt: {{type: hidden}}""".format(", ".join(str(i) for i in range(42)))
 
 
 def mean_square_ratio_ok(residuals: np.ndarray, variance: float, excess_kurtosis: float

@@ -77,7 +77,7 @@ def test_infinite_budget_reproduces_the_exact_marginals(fine_admin, name):
                                  np.random.default_rng(0))
     assert fitted.rows == 5000
     marginals = [(c,) for c in COLUMNS] if name == "independent" else [tuple(COLUMNS)]
-    for exact, table in zip(count_marginals(source, domain, marginals), fitted.tables):
+    for exact, table in zip(count_marginals(source, domain, marginals), fitted.tables, strict=True):
         assert np.allclose(table, exact / exact.sum())
 
 
@@ -139,7 +139,7 @@ def test_state_round_trips_through_json(fine_admin):
     assert isinstance(restored, FittedHistogram)
     assert restored.rows == fitted.rows
     assert restored.spent == fitted.spent
-    for a, b in zip(restored.tables, fitted.tables):
+    for a, b in zip(restored.tables, fitted.tables, strict=True):
         assert np.array_equal(a, b)
     assert restored.sample(50, np.random.default_rng(5)).equals(
         fitted.sample(50, np.random.default_rng(5)))
