@@ -3,9 +3,9 @@
 Answers every range [lo, hi) of one-year age bins (Adult: 85 bins; ACS agep: 100 bins)
 from 20 fits each, under zCDP (delta 1e-6) and pure DP, and prints the root mean
 squared error by range width (narrow: 1-5 bins, medium: 6-30, wide: > 30) for a
-flat histogram and trees of branching 2, 4 and 16 (the default marked), and fit time. The flat histogram is the book's
-synthetic representation (Programming DP ch. 14); the tree is
-dpsql.synth.range_tree with its default branching.
+flat histogram (the book's synthetic representation, Programming DP ch. 14) and
+trees of branching 2, 4 and 16 (dpsql.synth.range_tree; the default is marked),
+with the median fit time.
 
     python benchmarks/range_queries.py
 """
@@ -25,14 +25,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table  # noqa: E402
+from _common import print_table
 
-import dpsql  # noqa: E402
-from dpsql.domain import Domain  # noqa: E402
-from dpsql.privacy import budget_cost  # noqa: E402
-from dpsql.source import bounded_relation  # noqa: E402
-from dpsql.synth.measure import count_marginals  # noqa: E402
-from dpsql.synth.range_tree import choose_branching, noisy_tree  # noqa: E402
+import dpsql
+from dpsql.domain import Domain
+from dpsql.privacy import budget_cost
+from dpsql.source import bounded_relation
+from dpsql.synth.measure import count_marginals
+from dpsql.synth.range_tree import choose_branching, noisy_tree
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 if not SHARED.exists():

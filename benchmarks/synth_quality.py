@@ -33,15 +33,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import peak_rss_mb, print_table  # noqa: E402
+from _common import peak_rss_mb, print_table
 
-import dpsql  # noqa: E402
-from dpsql import synth  # noqa: E402
-from dpsql.analysis.fidelity import bootstrap_ideal, fetch_codes, score  # noqa: E402
-from dpsql.domain import Domain  # noqa: E402
-from dpsql.errors import DPSQLError  # noqa: E402
-from dpsql.privacy import budget_cost  # noqa: E402
-from dpsql.source import bounded_relation, bounded_sql  # noqa: E402
+import dpsql
+from dpsql import synth
+from dpsql.analysis.fidelity import bootstrap_ideal, fetch_codes, score
+from dpsql.domain import Domain
+from dpsql.errors import DPSQLError
+from dpsql.privacy import budget_cost
+from dpsql.source import bounded_relation, bounded_sql
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
