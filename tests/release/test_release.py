@@ -317,3 +317,15 @@ def test_export_carries_the_provenance(admin_session, release_store, tmp_path):
     with pytest.raises(ConfigurationError, match=r"\.parquet"):
         export(admin_session, "e", tmp_path / "e.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.parquet"]
+
+
+def test_progress_is_reported_by_stage(admin_session):
+    seen = []
+    admin_session.release("adult", synthesizer="independent", epsilon=1, copies=3, rows=10,
+                          name="p", progress=lambda stage, done, total=None: seen.append(
+                              (stage, done, total)))
+    stages = [s for s, _, _ in seen]
+    assert stages.index("fit") < stages.index("measure") < stages.index("sample") \
+        < stages.index("write")
+    assert ("sample", 3, 3) in seen
+    assert ("write", 1, 1) in seen
