@@ -140,10 +140,10 @@ def current(store: Store, name: str,
             cur: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any] | None:
     """The live (not superseded) release row named ``name``, or None."""
     cur = cur or store.cursor()
-    row = cur.execute(
+    rows = cur.execute(
         f"SELECT {', '.join(_COLUMNS)} FROM dpsql.releases "
-        "WHERE name = ? AND superseded_by IS NULL", [name]).fetchone()
-    return _row(row) if row else None
+        "WHERE name = ? AND superseded_by IS NULL", [name]).fetchall()
+    return _row(rows[0]) if rows else None
 
 
 def find(store: Store, name: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ are labelled ``privacy: empirical`` and spend no budget, but are audited.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import uuid
@@ -404,71 +405,78 @@ def release_more(session: Session, name: str, copies: int, *, seed: int | None =
     """Append ``copies`` more synthetic copies to a resumable release, at no privacy cost.
 
     Sampling from the stored DP state is post-processing; the release's
-    provenance records each extension.
+    provenance records each extension. Audited like a release (zero cost).
     """
     session.require_admin("release synthetic data")
     _check_count(copies, "copies")
     store, report = session.store, progress or silent
     entry = provenance.find(store, name)
     record = entry["record"]
-    if not record.get("resumable"):
-        raise ReleaseError(f"release {name!r} ({record['synthesizer']['name']}) kept no state to "
-                           "sample from; release again with more --copies instead")
+    synth_name = record["synthesizer"]["name"]
     row = store.cursor().execute("SELECT state FROM dpsql.release_states WHERE release_id = ?",
                                  [entry["release_id"]]).fetchone()
-    if row is None:
-        raise ReleaseError(f"the stored state of release {name!r} is missing; release again")
-    import json
-
-    state = json.loads(row[0])
-    domain = _release_domain(store, record)
-    synth = synth_base.get(record["synthesizer"]["name"], **record["synthesizer"]["options"])
+    if not record.get("resumable") or row is None:
+        raise ReleaseError(f"release {name!r} ({synth_name}) kept no state to sample from; "
+                           "release again with more --copies instead")
+    synth = synth_base.get(synth_name, **record["synthesizer"]["options"])
     restore = getattr(synth, "restore", None)
     if not callable(restore):
-        raise ReleaseError(f"synthesizer {record['synthesizer']['name']!r} cannot restore a "
-                           "stored state; release again with more --copies instead")
+        raise ReleaseError(f"synthesizer {synth_name!r} cannot restore a stored state; release "
+                           "again with more --copies instead")
     chosen = int(seed) if seed is not None else secrets.randbits(63)
-    rng = np.random.default_rng(chosen)
-    fitted = restore(state, domain)
-    first = int(record["copies"]) + 1
-    numbers = list(range(first, first + copies))
-    table = sample_copies(fitted, domain, int(record["rows"]), numbers, rng,
-                          with_copy_column=True, report=report)
     statement = f"release-more {name} --copies {copies}" + (
         f" --seed {seed}" if seed is not None else "")
     audit_id = session.ledger.record(session.user, record["dataset"]["name"], statement,
                                      "started", "sampling from the stored DP state: no cost",
                                      cost=PrivacyCost.zero(session.policy.accounting),
                                      action="release")
-    record = dict(record)
-    seed_source = "generated" if seed is None else "user"
-    record["extensions"] = [*record.get("extensions", []), {
-        "copies": numbers, "seed": {"value": chosen, "source": seed_source},
-        "by": session.user, "at": now().isoformat(timespec="seconds"), "audit_id": audit_id}]
-    record["copies"] = first - 1 + copies
-    record["total_rows"] = record["rows"] * record["copies"]
     try:
+        domain = _release_domain(store, record)
+        fitted = restore(json.loads(row[0]), domain)
+        first = int(record["copies"]) + 1
+        numbers = list(range(first, first + copies))
+        table = sample_copies(fitted, domain, int(record["rows"]), numbers,
+                              np.random.default_rng(chosen), with_copy_column=True,
+                              report=report)
+        record = {**record, "copies": first - 1 + copies,
+                  "total_rows": record["rows"] * (first - 1 + copies),
+                  "extensions": [*record.get("extensions", []), {
+                      "copies": numbers,
+                      "seed": {"value": chosen,
+                               "source": "generated" if seed is None else "user"},
+                      "by": session.user, "at": now().isoformat(timespec="seconds"),
+                      "audit_id": audit_id}]}
         report("write", 0, 1)
-        with store.lock, store.transaction() as cur:
-            columns = store.table_columns(name, "released")
-            if COPY_COLUMN not in columns:
-                cur.execute(f"ALTER TABLE released.{quote(name)} ADD COLUMN {COPY_COLUMN} "
-                            "INTEGER DEFAULT 1")
-            view = f"_dpsql_more_{uuid.uuid4().hex[:8]}"
-            cur.register(view, table)
-            try:
-                cur.execute(f"INSERT INTO released.{quote(name)} BY NAME SELECT * FROM {view}")
-            finally:
-                cur.unregister(view)
-            cur.execute(f"COMMENT ON TABLE released.{quote(name)} IS "
-                        f"{provenance.sql_string(provenance.comment(record))}")
-            provenance.update(cur, record)
+        _append(store, entry, record, table)
         report("write", 1, 1)
     except BaseException as err:
         session.ledger.finish(audit_id, "failed", type(err).__name__)
         raise
     session.ledger.finish(audit_id, "released")
     return Release(name, record["release_id"], record)
+
+
+def _append(store: Store, entry: dict[str, Any], record: dict[str, Any],
+            table: pa.Table) -> None:
+    """Add copies and the updated provenance in one transaction (refused if changed meanwhile)."""
+    name = record["name"]
+    with store.lock, store.transaction() as cur:
+        now_live = provenance.current(store, name, cur)
+        if now_live is None or now_live["record"] != entry["record"]:
+            raise ReleaseError(f"release {name!r} changed meanwhile; nothing was written, "
+                               "run release-more again")
+        if COPY_COLUMN not in store.table_columns(name, "released"):
+            cur.execute(f"ALTER TABLE released.{quote(name)} ADD COLUMN {COPY_COLUMN} "
+                        "INTEGER DEFAULT 1")
+        view = f"_dpsql_more_{uuid.uuid4().hex[:8]}"
+        cur.register(view, table)
+        try:
+            cur.execute(f"INSERT INTO released.{quote(name)} BY NAME SELECT * FROM {view}")
+        finally:
+            cur.unregister(view)
+        cur.execute(f"COMMENT ON TABLE released.{quote(name)} IS "
+                    f"{provenance.sql_string(provenance.comment(record))}")
+        provenance.update(cur, record)
 
 
 def _release_domain(store: Store, record: dict[str, Any]) -> Domain:
@@ -520,8 +528,6 @@ def export(session: Session, name: str, path: str | Path) -> dict[str, Any]:
 
 def read_provenance(path: str | Path) -> dict[str, Any]:
     """The provenance record stored in an exported Parquet file."""
-    import json
-
     import pyarrow.parquet as pq
 
     metadata = pq.read_schema(path).metadata or {}
