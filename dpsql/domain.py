@@ -191,6 +191,9 @@ class Domain:
         if columns is None:
             chosen = [c for c in dataset.visible_columns if c.has_domain]
         else:
+            repeated = sorted({c for c in columns if list(columns).count(c) > 1})
+            if repeated:
+                raise ConfigurationError(f"column(s) {', '.join(repeated)} listed more than once")
             chosen = []
             for name in columns:
                 if name not in dataset.columns:

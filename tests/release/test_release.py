@@ -179,6 +179,8 @@ BAD_INPUT = [
     pytest.param(dict(columns=["fnlwgt"]), ConfigurationError, "hidden", id="hidden-column"),
     pytest.param(dict(columns=["agee"]), ConfigurationError, "did you mean 'age'",
                  id="unknown-column"),
+    pytest.param(dict(columns=["age", "sex", "age"]), ConfigurationError, "more than once",
+                 id="repeated-column"),
     pytest.param(dict(rows=0), ConfigurationError, "rows must be a positive", id="rows-zero"),
     pytest.param(dict(rows=-5), ConfigurationError, "rows must be a positive",
                  id="rows-negative"),
