@@ -88,15 +88,18 @@ def comment(record: dict[str, Any]) -> str:
     """The table COMMENT: a one-line summary and the full record."""
     cost = record.get("cost", {}).get("charged", {})
     summary = (f"dpsql release {record['release_id']} of {record['dataset']['name']} by "
-               f"{record['synthesizer']['name']} ({record['privacy']}, {_cost_text(cost)})")
+               f"{record['synthesizer']['name']} ({record['privacy']}, {cost_text(cost)})")
     return summary + "\n" + to_json(record)
 
 
-def _cost_text(cost: dict[str, Any]) -> str:
+def cost_text(cost: dict[str, Any]) -> str:
+    """A cost as recorded (``PrivacyCost.as_dict``) in words: rho with epsilon, or epsilon."""
+    if cost.get("value") == "inf":
+        return "unbounded"
     if "rho" in cost:
-        text = f"rho={cost['rho']}"
+        text = f"rho={float(cost['rho']):.6g}"
         if "epsilon" in cost:
-            text += f", epsilon={cost['epsilon']:.4g} at delta={cost.get('delta'):g}"
+            text += f" (epsilon={cost['epsilon']:.4g} at delta={cost['delta']:g})"
         return text
     if "epsilon" in cost:
         return f"epsilon={cost['epsilon']}"

@@ -387,12 +387,21 @@ def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
 
 def _create(cur: duckdb.DuckDBPyConnection, table_name: str, data: pa.Table,
             record: dict[str, Any]) -> None:
-    view = f"_dpsql_release_{uuid.uuid4().hex[:8]}"
+    _from_arrow(cur, data, f"CREATE TABLE released.{quote(table_name)} AS SELECT * FROM {{}}")
+    _comment(cur, table_name, record)
+
+
+def _from_arrow(cur: duckdb.DuckDBPyConnection, data: pa.Table, sql: str) -> None:
+    """Run ``sql`` with ``{}`` naming a temporary view of ``data``."""
+    view = f"_dpsql_arrow_{uuid.uuid4().hex[:8]}"
     cur.register(view, data)
     try:
-        cur.execute(f"CREATE TABLE released.{quote(table_name)} AS SELECT * FROM {view}")
+        cur.execute(sql.format(view))
     finally:
         cur.unregister(view)
+
+
+def _comment(cur: duckdb.DuckDBPyConnection, table_name: str, record: dict[str, Any]) -> None:
     cur.execute(f"COMMENT ON TABLE released.{quote(table_name)} IS "
                 f"{provenance.sql_string(provenance.comment(record))}")
 
@@ -468,14 +477,8 @@ def _append(store: Store, entry: dict[str, Any], record: dict[str, Any],
         if COPY_COLUMN not in store.table_columns(name, "released"):
             cur.execute(f"ALTER TABLE released.{quote(name)} ADD COLUMN {COPY_COLUMN} "
                         "INTEGER DEFAULT 1")
-        view = f"_dpsql_more_{uuid.uuid4().hex[:8]}"
-        cur.register(view, table)
-        try:
-            cur.execute(f"INSERT INTO released.{quote(name)} BY NAME SELECT * FROM {view}")
-        finally:
-            cur.unregister(view)
-        cur.execute(f"COMMENT ON TABLE released.{quote(name)} IS "
-                    f"{provenance.sql_string(provenance.comment(record))}")
+        _from_arrow(cur, table, f"INSERT INTO released.{quote(name)} BY NAME SELECT * FROM {{}}")
+        _comment(cur, name, record)
         provenance.update(cur, record)
 
 

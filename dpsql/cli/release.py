@@ -11,6 +11,7 @@ import click
 from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
 from dpsql.cli.output import emit_json, heading, table
 from dpsql.errors import ConfigurationError
+from dpsql.provenance import cost_text
 from dpsql.release import Release
 from dpsql.session import connect
 
@@ -70,19 +71,6 @@ def _columns(value: str | None) -> list[str] | None:
     return names
 
 
-def _cost_text(cost: dict[str, Any]) -> str:
-    if cost.get("value") == "inf":
-        return "unbounded"
-    if "rho" in cost:
-        text = f"rho={float(cost['rho']):.6g}"
-        if "epsilon" in cost:
-            text += f" (epsilon={cost['epsilon']:.4g} at delta={cost['delta']:g})"
-        return text
-    if "epsilon" in cost:
-        return f"epsilon={cost['epsilon']}"
-    return "none"
-
-
 def _short(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -102,7 +90,7 @@ def _print_release(result: Release, remaining: str | None) -> None:
     click.echo(f"released {result.table}: {shape}, from {record['dataset']['name']} by "
                f"{record['synthesizer']['name']}")
     click.echo(f"  release id {result.release_id}; privacy: {record['privacy']}; charged "
-               f"{_cost_text(record['cost']['charged'])}")
+               f"{cost_text(record['cost']['charged'])}")
     if remaining:
         click.echo(f"  {record['released_by']} has {remaining} left on "
                    f"{record['dataset']['name']}")
@@ -230,7 +218,7 @@ def releases_list(include_all: bool, db: str, actor: str | None, as_json: bool) 
     for r in rows:
         rec = r["record"]
         body.append([r["name"], r["dataset"], r["synthesizer"], r["privacy"],
-                     f"{rec['rows']:,}", rec["copies"], _cost_text(rec["cost"]["charged"]),
+                     f"{rec['rows']:,}", rec["copies"], cost_text(rec["cost"]["charged"]),
                      r["released_by"], r["released_at"]]
                     + ([r["superseded_by"] or ""] if include_all else []))
     headers = ["name", "dataset", "synthesizer", "privacy", "rows", "copies", "cost", "by", "at"]
@@ -286,8 +274,8 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
          or "(defaults)"),
         ("parameters", ", ".join(f"{k}={v}" for k, v in rec["parameters"].items())),
         ("privacy", rec["privacy"]),
-        ("cost charged", _cost_text(rec["cost"]["charged"])),
-        ("cost spent", _cost_text(rec["cost"]["spent"])),
+        ("cost charged", cost_text(rec["cost"]["charged"])),
+        ("cost spent", cost_text(rec["cost"]["spent"])),
         ("columns", ", ".join(rec["columns"])),
         ("rows", f"{rec['rows']:,} x {rec['copies']} copies" if rec["output"] == "rows"
          else f"{rec['rows']:,} rows of counts"),
@@ -310,7 +298,7 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
         click.echo(heading("measurements"))
         click.echo(table([[", ".join(m.get("columns", [])) or "(row count)", m.get("cells", ""),
                            m.get("mechanism", ""), m.get("scale", ""),
-                           _cost_text(m["cost"]) if isinstance(m.get("cost"), dict) else ""]
+                           cost_text(m["cost"]) if isinstance(m.get("cost"), dict) else ""]
                           for m in measurements],
                          ["columns", "cells", "mechanism", "scale", "cost"], right=[1, 3]))
     diagnostics = {k: v for k, v in rec.get("diagnostics", {}).items() if k != "warnings"}
