@@ -1,7 +1,7 @@
 """Range-query accuracy of the `range` tree against a flat noisy histogram (same budget).
 
 Answers every range [lo, hi) of one-year age bins (Adult: 85 bins; ACS agep: 100 bins)
-from 20 fits each, under zCDP (delta 1e-6) and pure DP, and prints the root mean
+from 200 fits each, under zCDP (delta 1e-6) and pure DP, and prints the root mean
 squared error by range width (narrow: 1-5 bins, medium: 6-30, wide: > 30) for a
 flat histogram (the book's synthetic representation, Programming DP ch. 14) and
 trees of branching 2, 4 and 16 (dpsql.synth.range_tree; the default is marked),
@@ -85,7 +85,7 @@ def range_errors(estimate: np.ndarray, exact: np.ndarray) -> dict[str, list[floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fits", type=int, default=20)
+    parser.add_argument("--fits", type=int, default=200)
     parser.add_argument("--epsilons", default="0.3,1,3")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
