@@ -12,16 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+from dataclasses import replace
 from datetime import datetime
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
 
-from dpsql.errors import ReleaseError
-from dpsql.policy import Policy, did_you_mean
-from dpsql.store import Store
+from dpsql.domain import Domain, quote
+from dpsql.errors import ConfigurationError, ReleaseError
+from dpsql.policy import Dataset, Policy, did_you_mean
+from dpsql.store import Store, check_identifier
 
 FORMAT = "dpsql.provenance/1"
 METADATA_KEY = b"dpsql.provenance"
@@ -159,6 +163,24 @@ def find(store: Store, name: str) -> dict[str, Any]:
     return entry
 
 
+def dataset_of(store: Store, record: dict[str, Any]) -> Dataset:
+    """The dataset as the policy in force at the release described it."""
+    rows = store.cursor().execute(
+        "SELECT text FROM dpsql.policies WHERE fingerprint = ? ORDER BY version DESC LIMIT 1",
+        [record["policy_fingerprint"]]).fetchall()
+    if not rows:
+        raise ReleaseError(f"the policy release {record['name']!r} was made under is not in "
+                           "the store")
+    policy = Policy.from_text(rows[0][0], source=f"policy {record['policy_fingerprint']}")
+    return policy.dataset(record["dataset"]["name"])
+
+
+def domain_of(store: Store, record: dict[str, Any]) -> Domain:
+    """The domain a release was made with (its columns, under the policy then in force)."""
+    domain = Domain.from_dataset(dataset_of(store, record), record["columns"])
+    return replace(domain, public_rows=record["domain"].get("public_rows"))
+
+
 def releases(store: Store, *, include_superseded: bool = False) -> list[dict[str, Any]]:
     """Release rows, oldest first (live ones only unless ``include_superseded``)."""
     where = "" if include_superseded else " WHERE superseded_by IS NULL"
@@ -166,3 +188,44 @@ def releases(store: Store, *, include_superseded: bool = False) -> list[dict[str
         f"SELECT {', '.join(_COLUMNS)} FROM dpsql.releases{where} "
         "ORDER BY released_at, release_id").fetchall()
     return [_row(r) for r in rows]
+
+
+def export(store: Store, name: str, path: str | Path) -> dict[str, Any]:
+    """Write ``released.<name>`` to a Parquet file with its record in the key-value metadata.
+
+    Released tables are free to read, so any user of the store may export one.
+    Written by pyarrow (store connections have no file access) under a
+    temporary name and renamed, so a failure leaves no partial file.
+    """
+    import pyarrow.parquet as pq
+
+    target = Path(path)
+    if target.suffix.lower() != ".parquet":
+        raise ConfigurationError(f"export writes Parquet: give a path ending in .parquet, got "
+                                 f"{target.name}")
+    entry = find(store, name)
+    data = store.cursor().sql(
+        f"SELECT * FROM released.{quote(check_identifier(name, 'release name'))}"
+    ).to_arrow_table()
+    metadata = dict(data.schema.metadata or {})
+    metadata[METADATA_KEY] = to_json(entry["record"]).encode()
+    data = data.replace_schema_metadata(metadata)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(data, temporary)
+        temporary.replace(target)
+    except OSError as err:
+        temporary.unlink(missing_ok=True)
+        raise ConfigurationError(f"cannot write {target}: {err.strerror}") from err
+    return {"name": name, "path": str(target), "rows": data.num_rows,
+            "release_id": entry["release_id"]}
+
+
+def read_parquet_record(path: str | Path) -> dict[str, Any]:
+    """The provenance record stored in an exported Parquet file."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.read_schema(path).metadata or {}
+    if METADATA_KEY not in metadata:
+        raise ReleaseError(f"{path} carries no dpsql provenance")
+    return dict(json.loads(metadata[METADATA_KEY]))

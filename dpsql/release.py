@@ -18,12 +18,10 @@ are labelled ``privacy: empirical`` and spend no budget, but are audited.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -33,7 +31,7 @@ import pyarrow as pa
 from dpsql import __version__, provenance
 from dpsql.domain import Domain, quote
 from dpsql.errors import ConfigurationError, DPSQLError, InternalError, ReleaseError
-from dpsql.policy import Dataset, Policy
+from dpsql.policy import Dataset
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.source import bounded_relation, bounded_sql
@@ -440,7 +438,7 @@ def release_more(session: Session, name: str, copies: int, *, seed: int | None =
                                      cost=PrivacyCost.zero(session.policy.accounting),
                                      action="release")
     try:
-        domain = _release_domain(store, record)
+        domain = provenance.domain_of(store, record)
         fitted = restore(json.loads(row[0]), domain)
         first = int(record["copies"]) + 1
         numbers = list(range(first, first + copies))
@@ -480,71 +478,3 @@ def _append(store: Store, entry: dict[str, Any], record: dict[str, Any],
         _from_arrow(cur, table, f"INSERT INTO released.{quote(name)} BY NAME SELECT * FROM {{}}")
         _comment(cur, name, record)
         provenance.update(cur, record)
-
-
-def _release_domain(store: Store, record: dict[str, Any]) -> Domain:
-    """The domain a release was made with, from the policy version then in force."""
-    row = store.cursor().execute(
-        "SELECT text FROM dpsql.policies WHERE fingerprint = ? ORDER BY version DESC LIMIT 1",
-        [record["policy_fingerprint"]]).fetchone()
-    if row is None:
-        raise ReleaseError("the policy this release was made under is not in the store")
-    policy = Policy.from_text(row[0], source=f"policy {record['policy_fingerprint']}")
-    ds = policy.dataset(record["dataset"]["name"])
-    domain = Domain.from_dataset(ds, record["columns"])
-    return replace(domain, public_rows=record["domain"].get("public_rows"))
-
-
-# -- export -------------------------------------------------------------------------------------
-
-
-def export(session: Session, name: str, path: str | Path) -> dict[str, Any]:
-    """Write ``released.<name>`` to a Parquet file with its provenance in the metadata.
-
-    Released tables are free to read, so any user of the store may export one.
-    The file is written under a temporary name and renamed, so a failure
-    leaves no partial file.
-    """
-    import pyarrow.parquet as pq
-
-    target = Path(path)
-    if target.suffix.lower() != ".parquet":
-        raise ConfigurationError(f"export writes Parquet: give a path ending in .parquet, got "
-                                 f"{target.name}")
-    entry = provenance.find(session.store, name)
-    data = session.store.cursor().sql(
-        f"SELECT * FROM released.{quote(check_identifier(name, 'release name'))}"
-    ).to_arrow_table()
-    metadata = dict(data.schema.metadata or {})
-    metadata[provenance.METADATA_KEY] = provenance.to_json(entry["record"]).encode()
-    data = data.replace_schema_metadata(metadata)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        pq.write_table(data, temporary)
-        temporary.replace(target)
-    except OSError as err:
-        temporary.unlink(missing_ok=True)
-        raise ConfigurationError(f"cannot write {target}: {err.strerror}") from err
-    return {"name": name, "path": str(target), "rows": data.num_rows,
-            "release_id": entry["release_id"]}
-
-
-def read_provenance(path: str | Path) -> dict[str, Any]:
-    """The provenance record stored in an exported Parquet file."""
-    import pyarrow.parquet as pq
-
-    metadata = pq.read_schema(path).metadata or {}
-    if provenance.METADATA_KEY not in metadata:
-        raise ReleaseError(f"{path} carries no dpsql provenance")
-    return dict(json.loads(metadata[provenance.METADATA_KEY]))
-
-
-def releases(session: Session, *, include_superseded: bool = False) -> list[dict[str, Any]]:
-    """Release rows (provenance is DP or public: every user may read it)."""
-    return provenance.releases(session.store, include_superseded=include_superseded)
-
-
-def show(session: Session, name: str) -> dict[str, Any]:
-    """The provenance row of the live release ``name``."""
-    return provenance.find(session.store, name)
-

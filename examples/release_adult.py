@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 import dpsql
 from dpsql.analysis.fidelity import evaluate_release
-from dpsql.release import export
+from dpsql.provenance import export
 
 DATA = Path(str(resources.files("dpsql").joinpath("data")))
 COLUMNS = ["age", "sex", "race", "income_50k"]
@@ -59,7 +59,7 @@ def main() -> None:
                   [round(share, 3) for _, share in rows])
             ages = cur.execute("SELECT udfs.dp_range_count('age_ranges', 20, 40)").fetchall()
             print(f"people with age code in [20, 40) from the DP range tree: {ages[0][0]:.0f}")
-            exported = export(alice, "adult_joint", Path(tmp) / "adult_joint.parquet")
+            exported = export(alice.store, "adult_joint", Path(tmp) / "adult_joint.parquet")
             metadata = pq.read_schema(exported["path"]).metadata
             record = json.loads(metadata[b"dpsql.provenance"])
             print(f"exported {exported['rows']} rows; provenance in the file names release "

@@ -205,8 +205,7 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
     """Score release ``name`` (one copy) against the bounded real data (admins only; audited)."""
     from dpsql import provenance
     from dpsql.errors import ReleaseError
-    from dpsql.policy import Policy
-    from dpsql.release import COPY_COLUMN, _release_domain
+    from dpsql.release import COPY_COLUMN
     from dpsql.source import bounded_sql
     from dpsql.store import check_identifier
 
@@ -217,12 +216,8 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
     if record.get("output") != "rows":
         raise ReleaseError(f"release {name!r} is a table of counts, not rows; query it with "
                            "udfs.dp_range_count instead")
-    domain = _release_domain(store, record)
-    row = store.cursor().execute(
-        "SELECT text FROM dpsql.policies WHERE fingerprint = ? ORDER BY version DESC LIMIT 1",
-        [record["policy_fingerprint"]]).fetchone()
-    assert row is not None
-    dataset = Policy.from_text(row[0]).dataset(record["dataset"]["name"])
+    domain = provenance.domain_of(store, record)
+    dataset = provenance.dataset_of(store, record)
     copies = int(record.get("copies", 1))
     has_copy_column = COPY_COLUMN in store.table_columns(name, "released")
     chosen = copy if copy is not None else (1 if has_copy_column else None)

@@ -203,10 +203,10 @@ def releases_group() -> None:
 @json_option
 def releases_list(include_all: bool, db: str, actor: str | None, as_json: bool) -> None:
     """List releases (newest last) with their cost and shape."""
-    from dpsql.release import releases
+    from dpsql.provenance import releases
 
     with connect(db, default_actor(actor, db)) as session:
-        rows = releases(session, include_superseded=include_all)
+        rows = releases(session.store, include_superseded=include_all)
     if as_json:
         emit_json(rows)
         return
@@ -253,10 +253,10 @@ def releases_synthesizers(as_json: bool) -> None:
 @json_option
 def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
     """Show the provenance of release NAME (pretty, or the full record with --json)."""
-    from dpsql.release import show
+    from dpsql.provenance import find
 
     with connect(db, default_actor(actor, db)) as session:
-        entry = show(session, name)
+        entry = find(session.store, name)
     if as_json:
         emit_json(entry)
         return
@@ -330,10 +330,10 @@ def export_cmd(name: str, out: str, db: str, actor: str | None, as_json: bool) -
     The provenance record is the Parquet key-value metadata entry
     "dpsql.provenance" (JSON); pyarrow.parquet.read_schema(OUT).metadata reads it.
     """
-    from dpsql.release import export
+    from dpsql.provenance import export
 
     with connect(db, default_actor(actor, db)) as session:
-        info = export(session, name, out)
+        info = export(session.store, name, out)
     if as_json:
         emit_json(info)
         return

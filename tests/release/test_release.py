@@ -16,7 +16,7 @@ from dpsql.errors import (
     InternalError,
     ReleaseError,
 )
-from dpsql.release import export, read_provenance
+from dpsql.provenance import export, read_parquet_record
 
 from .conftest import release_policy
 
@@ -312,12 +312,12 @@ def test_export_carries_the_provenance(admin_session, release_store, tmp_path):
     result = admin_session.release("adult", synthesizer="independent", epsilon=1, copies=2,
                                    rows=50, name="e")
     with dpsql.connect(release_store, "alice") as alice:  # released tables are free to read
-        info = export(alice, "e", tmp_path / "e.parquet")
+        info = export(alice.store, "e", tmp_path / "e.parquet")
     assert info["rows"] == 100
     assert pq.read_table(tmp_path / "e.parquet").num_rows == 100
-    assert read_provenance(tmp_path / "e.parquet") == result.record
+    assert read_parquet_record(tmp_path / "e.parquet") == result.record
     with pytest.raises(ConfigurationError, match=r"\.parquet"):
-        export(admin_session, "e", tmp_path / "e.csv")
+        export(admin_session.store, "e", tmp_path / "e.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.parquet"]
 
 
