@@ -1,6 +1,6 @@
 """Run the overhead queries through smartnoise-sql's pandas reader (in its own venv).
 
-Called by query_overhead.py as: python _smartnoise_queries.py DATA.parquet RUNS QUERIES_JSON.
+Called by query_overhead.py as: python _smartnoise_queries.py DATA.csv RUNS QUERIES_JSON.
 Prints JSON {query name: median seconds}. Loading the rows into the reader
 (smartnoise copies them into SQLite) is setup and is not timed.
 """
@@ -17,7 +17,7 @@ import snsql
 from snsql import Privacy
 
 METADATA = {
-    "": {"": {"adult": {
+    "Adult": {"": {"adult": {
         "row_privacy": True,
         "sex": {"type": "int", "lower": 0, "upper": 1},
         "race": {"type": "int", "lower": 0, "upper": 4},
@@ -29,7 +29,7 @@ METADATA = {
 
 def main() -> None:
     data, runs, queries = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-    df = pd.read_parquet(data)
+    df = pd.read_csv(data)
     reader = snsql.from_df(df, privacy=Privacy(epsilon=1.0, delta=1e-6), metadata=METADATA)
     out = {}
     for name, sql in queries.items():

@@ -22,6 +22,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+import pyarrow.csv as pacsv
 import yaml
 from _common import median_time, peak_rss_mb, print_table
 
@@ -60,15 +61,13 @@ def smartnoise(path: Path, runs: int) -> dict[str, float] | None:
     """Median seconds per query through smartnoise-sql's pandas reader, or None."""
     if not SMARTNOISE.exists():
         return None
-    parquet = path.with_suffix(".parquet")
+    csv = path.with_suffix(".csv")
     with Store.open(path) as store:
         table = store.cursor().sql("SELECT sex, race, age, capital_gain FROM main.adult") \
             .to_arrow_table()
-    import pyarrow.parquet as pq
-
-    pq.write_table(table, parquet)
+    pacsv.write_csv(table, csv)
     script = Path(__file__).with_name("_smartnoise_queries.py")
-    result = subprocess.run([str(SMARTNOISE), str(script), str(parquet), str(runs),
+    result = subprocess.run([str(SMARTNOISE), str(script), str(csv), str(runs),
                              json.dumps(QUERIES)], capture_output=True, text=True,
                             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
                             timeout=3600)
