@@ -69,7 +69,7 @@ def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, a
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     blob = sink.getvalue().to_pybytes()
-    with store.transaction() as cur:
+    with store.lock, store.transaction() as cur:  # serialized like the ledger's writes
         inserted = cur.execute(
             "INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT DO NOTHING RETURNING key",
