@@ -222,3 +222,35 @@ def test_unbounded_budget_means_no_noise(exact_adult: Session) -> None:
     assert answer.cost.infinite
     assert answer.columns["count"]["mechanism"].startswith("none")
     assert answer.columns["count"]["std"] == 0
+
+
+def test_concurrent_twins_get_the_same_numbers(build: Callable[..., Path]) -> None:
+    """Two sessions asking the same question at once may both pay; they see one answer."""
+    import threading
+
+    text = with_budgets(ADULT_POLICY, accounting="pure", budget={"epsilon": 5},
+                        cap={"epsilon": 1}, default={"epsilon": 0.1})
+    path = build(text)
+    sql = "SELECT race, COUNT(*) FROM adult GROUP BY race"
+    results: list[object] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def ask() -> None:
+        try:
+            with dpsql.connect(path, "alice") as alice:
+                barrier.wait()
+                results.append(alice.sql(sql).table)
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert results[0].equals(results[1])  # type: ignore[attr-defined]
+    with dpsql.connect(path, "alice") as alice:
+        assert 1 <= charges(alice) <= 2
+        assert alice.sql(sql).table.equals(results[0])
