@@ -18,10 +18,11 @@ from sqlglot import exp
 
 from dpsql.errors import QueryRejected
 from dpsql.policy import Column, Dataset, Policy, did_you_mean
+from dpsql.query.aggregates import Aggregates
 from dpsql.query.dialect import DPOptions, describe, reject
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
-from dpsql.query.model import Aggregate, GroupKey, Measure, Order, Output, QueryPlan
-from dpsql.query.predicates import RowChecker, RowScope, Type, number_literal, sql_type
+from dpsql.query.model import GroupKey, Order, Output, QueryPlan
+from dpsql.query.predicates import RowChecker, RowScope, Type, number_literal
 
 _SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset",
                 "hint"}
@@ -36,8 +37,6 @@ _CLAUSE_NAMES = {
     "sample": ("SAMPLE", "sampling is not supported; the policy bounds contributions"),
     "pivots": ("PIVOT", "use GROUP BY"),
 }
-_NO_MECHANISM = ("{name} has no differentially private mechanism in dpsql; estimate it from "
-                 "a histogram: GROUP BY dp_bin(col, WIDTH) with COUNT(*)")
 DP_OPTIONS = ("epsilon", "delta", "rho")
 
 
@@ -77,7 +76,7 @@ class _PostChecker(RowChecker):
 
     def check(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         if isinstance(node, (exp.AggFunc, exp.Filter)):
-            return exp.column(f"_a{self.planner.aggregate(node)}"), "num"
+            return exp.column(f"_a{self.planner.aggs.add(node)}"), "num"
         if isinstance(node, exp.Column) and not node.table:
             alias = self.aliases.get(node.name.lower())
             if alias is not None and node.name.lower() not in self.planner.column_names:
@@ -105,9 +104,6 @@ class _Planner:
         self.keys: list[GroupKey] = []
         self.key_sigs: list[tuple[Any, ...]] = []
         self.key_types: list[Type] = []
-        self.aggregates: list[Aggregate] = []
-        self.agg_index: dict[str, int] = {}
-        self.measures: list[Measure] = []
 
     # -- entry --------------------------------------------------------------------------
     def plan(self, ast: exp.Expr) -> QueryPlan:
@@ -130,8 +126,8 @@ class _Planner:
         order = self._order(select, [o for o, _ in outputs], post)
         limit, offset = self._limits(select)
         return QueryPlan(
-            dataset=self.dataset, keys=tuple(self.keys), measures=tuple(self.measures),
-            aggregates=tuple(self.aggregates), where=predicate,
+            dataset=self.dataset, keys=tuple(self.keys), measures=tuple(self.aggs.measures),
+            aggregates=tuple(self.aggs.aggregates), where=predicate,
             outputs=tuple(o for o, _ in outputs), having=having_expr, order=tuple(order),
             limit=limit, offset=offset, options=options)
 
@@ -220,6 +216,7 @@ class _Planner:
         types = self.types_of(dataset)
         self.scope = RowScope(self.text, dataset, types, frozenset(qualifiers))
         self.rows = RowChecker(self.scope)
+        self.aggs = Aggregates(self.text, self.scope, self.rows)
         self.column_names = {c.lower() for c in dataset.columns}
         return dataset
 
@@ -372,78 +369,11 @@ class _Planner:
     def _default_name(self, node: exp.Expr, aggregate: int | None, key: int | None,
                       index: int) -> str:
         if aggregate is not None:
-            return self.aggregates[aggregate].default_name
+            return self.aggs.aggregates[aggregate].default_name
         if key is not None:
             k = self.keys[key]
             return k.column if k.mode == "value" else f"{k.column}_bin"
         return f"col{index + 1}"
-
-    # -- aggregates -------------------------------------------------------------------------
-    def aggregate(self, node: exp.Expr) -> int:
-        """Register the aggregate call ``node`` (with its FILTER); returns its index."""
-        predicate = None
-        if isinstance(node, exp.Filter):
-            where = node.expression
-            predicate = self.rows.predicate(where.this if isinstance(where, exp.Where)
-                                            else where, "FILTER")
-            node = node.this
-        if not isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
-            name = describe(node).replace("function ", "").upper()
-            raise reject(self.text, _NO_MECHANISM.format(name=name), node,
-                         construct=f"aggregate {name}",
-                         advice="accepted aggregates: COUNT(*), COUNT(col), SUM(col), AVG(col)")
-        func = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}[type(node)]
-        arg = node.this
-        if isinstance(arg, exp.Distinct):
-            raise reject(self.text, f"{func.upper()}(DISTINCT ...) is not supported", node,
-                         construct=f"{func.upper()}(DISTINCT)",
-                         advice="a distinct count has no bounded sensitivity here; use "
-                         "COUNT(*) with GROUP BY")
-        extra = [k for k, v in node.args.items() if k not in ("this", "big_int") and v]
-        if extra:
-            raise reject(self.text, f"{func.upper()} takes one column", node,
-                         construct=func.upper(), advice=f"write {func.upper()}(col)")
-        column = self._aggregate_column(func, arg, node)
-        label = f"{func.upper()}({column or '*'})"
-        if predicate is not None:
-            label += f" FILTER (WHERE {predicate.sql(dialect='duckdb')})"
-        if label in self.agg_index:
-            return self.agg_index[label]
-        parts: tuple[int, ...]
-        if func == "avg":
-            parts = (self._measure(Measure("centered_sum", column, predicate)),
-                     self._measure(Measure("count", column, predicate)))
-        else:
-            parts = (self._measure(Measure("count" if func == "count" else "sum", column,
-                                           predicate)),)
-        self.aggregates.append(Aggregate(func, column, parts, label))  # type: ignore[arg-type]
-        self.agg_index[label] = len(self.aggregates) - 1
-        return len(self.aggregates) - 1
-
-    def _aggregate_column(self, func: str, arg: exp.Expr | None, node: exp.Expr) -> str | None:
-        if func == "count" and (arg is None or isinstance(arg, exp.Star) or (
-                isinstance(arg, exp.Literal) and not arg.is_string)):
-            return None
-        if not isinstance(arg, exp.Column):
-            raise reject(self.text, f"{func.upper()} over an expression is not supported", node,
-                         construct=f"{func.upper()}(expression)",
-                         advice="aggregate a column (bounds are declared per column); filter "
-                         "rows with WHERE or FILTER (WHERE ...)")
-        col = self.scope.column(arg)
-        if func != "count" and bounds_of(col) is None:
-            raise reject(self.text, f"column {col.name!r} has no bounds in the policy", arg,
-                         construct=f"{func.upper()}({col.name})",
-                         advice="ask an administrator to declare bounds: [lo, hi], or use COUNT")
-        if func != "count" and sql_type(self.scope.types[col.name]) != "num":
-            raise reject(self.text, f"column {col.name!r} is not numeric", arg,
-                         construct=f"{func.upper()}({col.name})", advice="use COUNT")
-        return col.name
-
-    def _measure(self, measure: Measure) -> int:
-        if measure in self.measures:
-            return self.measures.index(measure)
-        self.measures.append(measure)
-        return len(self.measures) - 1
 
     # -- ORDER BY, LIMIT ---------------------------------------------------------------------
     def _order(self, select: exp.Select, outputs: list[Output],
@@ -489,18 +419,6 @@ class _Planner:
                              construct=arg.upper(), advice=f"write {arg.upper()} 10")
             values.append(number)
         return values[0], values[1]
-
-
-def bounds_of(col: Column) -> tuple[float, float] | None:
-    """Declared bounds of a numeric column, or the range of a numeric categorical's values."""
-    if col.numeric and col.bounds is not None:
-        return col.bounds
-    if col.type == "categorical":
-        values = [v for v in col.values or () if v is not None]
-        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                          for v in values):
-            return float(min(values)), float(max(values))
-    return None
 
 
 def plan_query(ast: exp.Expr, text: str, policy: Policy,

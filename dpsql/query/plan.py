@@ -35,9 +35,9 @@ from dpsql.domain import Attribute, quote, sql_literal
 from dpsql.noise import FixedPoint
 from dpsql.policy import Column
 from dpsql.privacy import Kind, PrivacyCost
+from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, Measure, QueryPlan
-from dpsql.query.parse import bounds_of
 from dpsql.source import bounded_sql
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",

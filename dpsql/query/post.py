@@ -21,9 +21,9 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dpsql.errors import InternalError
+from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import Aggregate, QueryPlan
-from dpsql.query.parse import bounds_of
 from dpsql.query.plan import key_arrays, midpoint
 
 Value: TypeAlias = Any  # a pyarrow Array, ChunkedArray or Scalar
