@@ -65,7 +65,7 @@ def main() -> None:
     about = fitted.describe()
     print(f"budget {budget.describe(policy.delta)}; spent {fitted.spent.describe(policy.delta)}")
     print(f"DP record count {fitted.rows} (true {len(real)})")
-    for step in about["lengths"]:
+    for step in about["measurements"][1:]:
         print(f"  length {step['length']}: {step['candidates']:>6} candidates, each record "
               f"keeps <= {step['allowed_sensitivity']:>3}, sigma {step['sigma']:7.1f}, "
               f"{step['reported']:>6} reported")

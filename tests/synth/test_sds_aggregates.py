@@ -320,8 +320,9 @@ def test_fit_spends_at_most_the_budget_and_almost_all_of_it(store, epsilon: floa
     assert fitted.spent <= total
     assert fitted.spent.value >= total.value * (1 - Fraction(1, 2**18))
     described = fitted.describe()
-    parts = [exact(described["record_count"]["cost"])]
-    for step in described["lengths"]:
+    count, *lengths = described["measurements"]
+    parts = [exact(count["cost"])]
+    for step in lengths:
         parts += [exact(step["percentile_cost"]), exact(step["cost"])]
     assert sum(parts) == fitted.spent.value
     assert exact(described["cost"]) == fitted.spent.value
@@ -334,8 +335,10 @@ def test_public_row_count_is_used_and_frees_its_share(store) -> None:
     public = SDS().fit(source, replace(domain, public_rows=5000), budget(),
                        np.random.default_rng(0))
     assert public.rows == 5000
-    assert public.describe()["record_count"] == {"public": True}
-    assert public.describe()["lengths"][0]["sigma"] < counted.describe()["lengths"][0]["sigma"]
+    assert public.describe()["measurements"][0] == {"measure": "record_count", "public": True}
+    public_k1 = public.describe()["measurements"][1]
+    counted_k1 = counted.describe()["measurements"][1]
+    assert public_k1["sigma"] < counted_k1["sigma"]
     assert public.spent <= budget()
 
 
@@ -362,7 +365,7 @@ def test_privacy_unit_scales_the_sensitivity(tmp_path: Path) -> None:
         assert domain.max_rows == 2
         part = split_budget(budget(), settings(sigma_proportions=SDS().sigmas), count_rows=True)[2]
         fitted = SDS().fit(source, domain, budget(), np.random.default_rng(0))
-        for step, rho_k in zip(fitted.describe()["lengths"], part, strict=True):
+        for step, rho_k in zip(fitted.describe()["measurements"][1:], part, strict=True):
             want = 4 * step["allowed_sensitivity"] / (2 * float(rho_k.value))  # m^2 s_k / 2 rho_k
             assert step["sigma"] ** 2 == pytest.approx(want, rel=2**-19)
     finally:

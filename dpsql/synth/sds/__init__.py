@@ -25,13 +25,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsql.domain import Domain
-from dpsql.errors import ConfigurationError
+from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import PrivacyCost, to_fraction
 from dpsql.progress import Progress
 from dpsql.synth.base import register
-from dpsql.synth.sds.aggregates import Aggregates, Settings, aggregate
+from dpsql.synth.sds.aggregates import Aggregates, Level, Settings, aggregate
 from dpsql.synth.sds.synthesis import Options, Synthesizer
-from dpsql.synth.sds.tuples import EMPTY, Items
+from dpsql.synth.sds.tuples import EMPTY, Items, TupleSpace, TupleTable
 
 VERSION = "1"
 
@@ -72,6 +72,7 @@ class SDS:
 
     name = "sds"  # class attributes, not options
     is_dp = True
+    version = VERSION
 
     def __post_init__(self) -> None:
         r = self.reporting_length
@@ -132,9 +133,8 @@ class SDS:
             "weight_selection_percentile": self.weight_selection_percentile,
         }
 
-    def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
-            rng: np.random.Generator, progress: Progress | None = None) -> FittedSDS:
-        """Release the DP aggregates of ``source`` within ``budget`` (a zCDP cost)."""
+    def check(self, domain: Domain, budget: PrivacyCost) -> None:
+        """Refuse what ``fit`` would refuse, before the release charges anything."""
         if budget.kind != "zcdp":
             raise ConfigurationError(
                 "sds adds Gaussian noise, which is not pure DP; use a policy with "
@@ -145,6 +145,11 @@ class SDS:
             raise ConfigurationError(
                 f"reporting_length {self.reporting_length} exceeds the {len(domain)} columns "
                 "being synthesized; choose at most that many")
+
+    def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
+            rng: np.random.Generator, progress: Progress | None = None) -> FittedSDS:
+        """Release the DP aggregates of ``source`` within ``budget`` (a zCDP cost)."""
+        self.check(domain, budget)
         items = Items(domain)
         rows = items.from_codes(_encoded(source, domain))
         settings = Settings(self.reporting_length, self.percentile,
@@ -155,6 +160,29 @@ class SDS:
         result = aggregate(rows, items, settings, budget, domain.max_rows, domain.public_rows,
                            seed, progress)
         return FittedSDS(self, domain, items, result)
+
+    def restore(self, state: dict[str, Any], domain: Domain) -> FittedSDS:
+        """Rebuild a fitted model from :meth:`FittedSDS.state` (no new noise, no cost)."""
+        try:
+            items = Items(domain)
+            if [int(s) for s in state["sizes"]] != items.sizes.tolist():
+                raise ValueError("domain sizes changed")
+            levels = []
+            for saved in state["levels"]:
+                k = int(saved["k"])
+                rows = np.asarray(saved["tuples"], dtype=np.int64).reshape(-1, k)
+                space = TupleSpace(items.sizes, k)
+                table = TupleTable(space, space.item_keys(items, rows),
+                                   np.asarray(saved["counts"], dtype=np.int64))
+                levels.append(Level(k, rows[table.order], table))
+            spent = state["spent"]
+            cost = PrivacyCost(spent["kind"], int(spent["units"]), bool(spent["infinite"]))
+            aggregates = Aggregates(levels, int(state["rows"]), cost, state["steps"],
+                                    state["parts"])
+        except (KeyError, ValueError, TypeError, IndexError, ConfigurationError) as err:
+            raise ReleaseError("the stored state does not fit this release's domain (was the "
+                               "policy's domain changed?); release again instead") from err
+        return FittedSDS(self, domain, items, aggregates)
 
 
 def _encoded(source: duckdb.DuckDBPyRelation, domain: Domain) -> np.ndarray:
@@ -207,19 +235,42 @@ class FittedSDS:
             out[attribute.name] = pa.array(codes.astype(np.int32))
         return pa.table(out)
 
-    def describe(self) -> dict[str, Any]:
-        """Parameters, the budget split and cost, per-length descriptors, sampling diagnostics."""
-        agg = self.aggregates
+    def state(self) -> dict[str, Any]:
+        """The DP aggregates and what is needed to sample from them again (JSON-able)."""
+        spent = self.aggregates.spent
         return {
-            "synthesizer": "sds",
             "version": VERSION,
+            "rows": self.rows,
+            "spent": {"kind": spent.kind, "units": str(spent.units), "infinite": spent.infinite},
+            "sizes": self.items.sizes.tolist(),
+            "levels": [{"k": level.k, "tuples": level.rows.ravel().tolist(),
+                        "counts": level.table.values.astype(np.int64).tolist()}
+                       for level in self.aggregates.levels],
+            "steps": self.aggregates.steps,
+            "parts": self.aggregates.parts,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """Describe the fit: parameters in force, measurements, diagnostics (DP or public only).
+
+        Measurements are the record count, then per length the candidates, the
+        allowed sensitivity, the noise, the threshold, what was reported and each
+        part's cost; diagnostics are warnings and the last sampling's counters.
+        """
+        agg = self.aggregates
+        warnings = []
+        if len(agg.levels) < self.config.reporting_length:
+            warnings.append(
+                f"only combinations of up to {len(agg.levels)} values were released (longer "
+                "ones had no candidates or fell below their thresholds); synthesis uses those")
+        return {
             "parameters": self.config.parameters(),
+            "measurements": [{"measure": "record_count", **agg.parts["record_count"]},
+                             *({"measure": "k_tuples", **step} for step in agg.steps)],
+            "diagnostics": {"warnings": warnings, "synthesis": dict(self.diagnostics)},
             "rows": agg.rows,
-            "record_count": agg.parts.get("record_count"),
-            "lengths": agg.steps,
             "released_tuples": sum(len(level.rows) for level in agg.levels),
             "cost": agg.spent.as_dict(),
-            "synthesis": dict(self.diagnostics),
         }
 
     def products(self) -> dict[str, pa.Table]:
