@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 import dpsql
+from dpsql.analysis import fidelity
 from dpsql.domain import Domain
 from dpsql.privacy import rho_from_epsilon_delta
 from dpsql.source import bounded_relation
@@ -111,8 +112,8 @@ def empty_as_minus_one(codes: np.ndarray, domain: Domain) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- metrics
-# A local stand-in for dpsql.analysis.fidelity (issue 4, not on main yet): the same
-# measures are computed for both tools with this code, so the ratios are fair.
+# Tuple errors are computed here (fidelity scores 1- and 2-way crosstabs only); the same
+# code scores both tools, so the ratios are fair.
 
 
 def joint_keys(codes: np.ndarray, cols: tuple[int, ...], sizes: np.ndarray) -> np.ndarray:
@@ -141,33 +142,28 @@ def tuple_mae(true: np.ndarray, syn: np.ndarray, sizes: np.ndarray, k: int) -> f
     return float(np.concatenate(errors).mean())
 
 
-def two_way(true: np.ndarray, syn: np.ndarray, sizes: np.ndarray) -> tuple[float, float]:
-    """(workload error: mean over 2-way marginals of half the L1 distance of the normalized
-    tables; median log discrepancy |ln((s + 1) / (t + 1))| over all their cells, s scaled to
-    the true total). Empty is a category of its own."""
-    scale = len(true) / max(len(syn), 1)
-    tvds, logs = [], []
-    for cols in combinations(range(true.shape[1]), 2):
-        cells = int(np.prod(sizes[list(cols)] + 1))
-        t = np.bincount(joint_keys(true, cols, sizes), minlength=cells).astype(float)
-        s = np.bincount(joint_keys(syn, cols, sizes), minlength=cells) * scale
-        tvds.append(0.5 * np.abs(t / t.sum() - s / s.sum()).sum())
-        logs.append(np.abs(np.log((s + 1) / (t + 1))))
-    return float(np.mean(tvds)), float(np.median(np.concatenate(logs)))
+def domain_codes(codes: np.ndarray, domain: Domain) -> np.ndarray:
+    """-1 (empty) back to the NULL code where the column is nullable (fidelity's coding)."""
+    out = codes.copy()
+    for j, attribute in enumerate(domain.attributes):
+        if attribute.null_code is not None:
+            out[out[:, j] < 0, j] = attribute.null_code
+    return out
 
 
 def measures(true: np.ndarray, syn: np.ndarray, domain: Domain,
              released: set[tuple[int, int]]) -> dict[str, float]:
     sizes = np.array([a.bins for a in domain.attributes])
     never_empty = np.all(true >= 0, axis=0)
-    tvd, logd = two_way(true, syn, sizes)
+    scored = fidelity.score(domain_codes(true, domain), domain_codes(syn, domain),
+                            [a.size for a in domain.attributes])
     present = {(c, v) for c in range(syn.shape[1]) for v in np.unique(syn[:, c]) if v >= 0}
     return {
         "mae1": tuple_mae(true, syn, sizes, 1),
         "mae2": tuple_mae(true, syn, sizes, 2),
         "mae3": tuple_mae(true, syn, sizes, 3),
-        "workload2": tvd,
-        "logdisc2": logd,
+        "workload2": scored.workload_error,
+        "logdisc2": float(np.median(scored.d[scored.order == 2])),
         "empty%": 100 * float((syn[:, never_empty] < 0).mean()),
         "lost": float(len(released - present)),
     }
@@ -258,9 +254,10 @@ def main() -> None:
     print(f"reporting length {LENGTH}, delta {DELTA}, median of {args.repeats} runs "
           f"(pac-synth: {args.pacsynth_repeats or args.repeats}); dpsql options "
           f"{options or 'default'}; fit+sample seconds and peak resident MB per process")
-    print("workload2 = mean over 2-way marginals of half the L1 distance of the normalized "
-          "tables; logdisc2 = median |ln((s+1)/(t+1))| over all 2-way cells (a local helper "
-          "following issue 4's definitions: dpsql.analysis.fidelity is not on main yet)")
+    print("workload2 = dpsql.analysis.fidelity's workload error (mean half-L1 distance of the "
+          "normalized 2-way tables); logdisc2 = median of its log discrepancy "
+          "|ln((s+1)/(t+1))| over all 2-way cells; empty cells of a nullable column are its "
+          "NULL category, of another column count in no cell")
     header = f"{'data':6} {'eps':>4} {'tool':8} " + " ".join(f"{c:>9}" for c in COLUMNS)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

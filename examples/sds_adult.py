@@ -1,12 +1,13 @@
-"""Synthesize the Adult sample with SDS: DP aggregates, then aggregate-seeded records.
+"""Release the Adult sample with SDS: DP aggregates, then aggregate-seeded records.
 
-    python examples/sds_adult.py [--epsilon 1] [--rows 2000]
+    python examples/sds_adult.py [--epsilon 1]
 
-Builds a governed store from the bundled Adult sample, fits the ``sds``
-synthesizer within a zCDP budget (the policy converts epsilon at its delta),
-prints the budget split, a few released aggregates and synthetic rows, and how
-far the synthetic 2-way marginals are from the real ones (an admin-side check
-that reads the real data: it is not DP).
+An administrator releases ``released.adult_sds`` with the ``sds`` synthesizer
+(its DP aggregates come along as ``released.adult_sds_aggregates``); the
+provenance shows how the budget was split; an analyst reads both tables with
+plain SQL, free of charge; two more copies are sampled from the stored
+aggregates at no cost; the admin scores the release against the real data
+(not DP).
 """
 
 from __future__ import annotations
@@ -14,76 +15,63 @@ from __future__ import annotations
 import argparse
 import tempfile
 from importlib import resources
-from itertools import combinations
 from pathlib import Path
 
-import numpy as np
-
 import dpsql
-from dpsql.domain import Domain
-from dpsql.privacy import rho_from_epsilon_delta
-from dpsql.source import bounded_relation
-from dpsql.synth import get
-from dpsql.synth.sds import _encoded
+from dpsql.analysis.fidelity import evaluate_release
 
 DATA = Path(str(resources.files("dpsql").joinpath("data")))
 COLUMNS = ["age", "workclass", "education_num", "marital_status", "race", "sex",
            "hours_per_week", "income_50k"]
 
 
-def workload_error(real: np.ndarray, synthetic: np.ndarray, sizes: list[int]) -> float:
-    """Mean over 2-way marginals of half the L1 distance of the normalized tables."""
-    errors = []
-    for a, b in combinations(range(len(sizes)), 2):
-        cells = sizes[a] * sizes[b]
-        t = np.bincount(real[:, a] * sizes[b] + real[:, b], minlength=cells) / len(real)
-        s = np.bincount(synthetic[:, a] * sizes[b] + synthetic[:, b], minlength=cells)
-        errors.append(0.5 * np.abs(t - s / len(synthetic)).sum())
-    return float(np.mean(errors))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--epsilon", type=float, default=1.0)
-    parser.add_argument("--rows", type=int, default=None, help="default: the DP record count")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        store, _ = dpsql.init(Path(tmp) / "adult.duckdb", DATA / "adult.yaml",
-                              {"adult": DATA / "adult_sample.csv"})
-        try:
-            policy = store.active_policy()
-            dataset = policy.dataset("adult")
-            domain = Domain.from_dataset(dataset, COLUMNS)
-            budget = rho_from_epsilon_delta(args.epsilon, policy.delta or 1e-6)
-            synth = get("sds", reporting_length="3")
-            fitted = synth.fit(bounded_relation(store, dataset), domain, budget,
-                               np.random.default_rng(0))
-            real = _encoded(bounded_relation(store, dataset), domain)
-        finally:
-            store.close()
+        path = Path(tmp) / "adult.duckdb"
+        store, _ = dpsql.init(path, DATA / "adult.yaml", {"adult": DATA / "adult_sample.csv"})
+        store.close()
 
-    about = fitted.describe()
-    print(f"budget {budget.describe(policy.delta)}; spent {fitted.spent.describe(policy.delta)}")
-    print(f"DP record count {fitted.rows} (true {len(real)})")
-    for step in about["measurements"][1:]:
-        print(f"  length {step['length']}: {step['candidates']:>6} candidates, each record "
-              f"keeps <= {step['allowed_sensitivity']:>3}, sigma {step['sigma']:7.1f}, "
-              f"{step['reported']:>6} reported")
-    aggregates = fitted.products()["aggregates"]
-    print("\nsome released aggregates (released.<name>_aggregates):")
-    for row in aggregates.slice(0, 3).to_pylist() + aggregates.slice(
-            aggregates.num_rows - 3, 3).to_pylist():
-        print(f"  {row['noisy_count']:>6}  {row['tuple']}")
+        with dpsql.connect(path, "admin") as admin:
+            release = admin.release("adult", synthesizer="sds", epsilon=args.epsilon,
+                                    name="adult_sds", columns=COLUMNS, seed=1,
+                                    reporting_length=3)
+            record = release.record
+            spent = record["cost"]["spent"]
+            print(f"{release.table}: {record['rows']} rows; spent rho={float(spent['rho']):.4g}"
+                  f" (epsilon={spent['epsilon']:.3g} at delta={spent['delta']:g})")
+            print("products:", ", ".join(record["products"]))
+            count, *lengths = record["measurements"]
+            print(f"  record count: sigma {count['sigma']:.1f}")
+            for step in lengths:
+                print(f"  length {step['length']}: {step['candidates']:>6} candidates, each "
+                      f"record keeps <= {step['allowed_sensitivity']:>3}, sigma "
+                      f"{step['sigma']:6.1f}, {step['reported']:>6} reported")
+            more = admin.release_more("adult_sds", 2, seed=2)
+            print(f"{more.table}: now {more.record['copies']} copies, no budget spent")
 
-    rows = args.rows or fitted.rows
-    table = fitted.sample(rows, np.random.default_rng(1))
-    print(f"\n{rows} synthetic rows, e.g.")
-    print(domain.decode(table.slice(0, 5), np.random.default_rng(2)).to_pandas().to_string())
-    print("synthesis:", fitted.diagnostics)
-    synthetic = np.stack([table.column(c).to_numpy() for c in COLUMNS], axis=1)
-    sizes = [a.size for a in domain.attributes]
-    print(f"2-way workload error vs the real data: {workload_error(real, synthetic, sizes):.4f}"
-          " (admin-side check, not DP)")
+        with dpsql.connect(path, "alice") as alice:  # analysts read released.* for free
+            cur = alice.store.cursor()
+            print("\nthe largest released 3-way combinations:")
+            for combo, count_ in cur.execute(
+                    "SELECT tuple, noisy_count FROM released.adult_sds_aggregates "
+                    "WHERE length = 3 ORDER BY noisy_count DESC LIMIT 3").fetchall():
+                print(f"  {count_:>6}  {combo}")
+            shares = cur.execute(
+                "SELECT _copy, avg(income_50k) FROM released.adult_sds GROUP BY 1 ORDER BY 1"
+            ).fetchall()
+            print("share with income >50K per synthetic copy:",
+                  [round(share, 3) for _, share in shares])
+
+        with dpsql.connect(path, "admin") as admin:  # not DP: the admin's eyes only
+            evaluation = evaluate_release(admin, "adult_sds", seed=0)
+            mine, ideal = evaluation.synthetic.summary(), evaluation.ideal.summary()
+            print(f"\nadult_sds vs the real data (not DP): median log discrepancy "
+                  f"{mine['median_d']:.3f} (bootstrap ideal {ideal['median_d']:.3f}), "
+                  f"workload error {mine['workload_error']:.4f} "
+                  f"(ideal {ideal['workload_error']:.4f})")
 
 
 if __name__ == "__main__":
