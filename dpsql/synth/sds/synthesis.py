@@ -22,10 +22,9 @@ With many columns and much noise most records end early (on the 22 ACS
 columns at epsilon 1, after about ten), and an empty cell is wrong where the
 data is never empty. dpsql therefore continues each unfinished record with
 the same loop at reporting length R-1, R-2, ..., 1 (the rules above with
-shorter combinations: a relaxation, reported in the diagnostics). Lengths >= 2
-may fill any open column; length 1 only columns that are never empty in the
-data; a last pass ignores the allowances for those. A nullable column still
-open at the end is empty.
+shorter combinations: a relaxation, reported in the diagnostics); a last pass
+fills the columns that are never empty in the data ignoring the allowances. A
+nullable column still open at the end is empty.
 """
 
 from __future__ import annotations
@@ -42,7 +41,7 @@ from dpsql.synth.sds.aggregates import Level
 from dpsql.synth.sds.tuples import EMPTY, Items
 
 PAIRS_PER_BATCH = 200_000  # (record, candidate) pairs alive at the start of a batch
-SCORE_CELLS = 4_000_000  # (pair, sub-combination) cells looked up at once
+SUBSETS_AT_ONCE = 32  # sub-combinations merged into a new pair's state at a time
 DENSE_PAIRS = 1 << 24  # items^2 up to which pairs are looked up in a dense matrix
 
 
@@ -295,7 +294,7 @@ class Synthesizer:
               rng: np.random.Generator, respect_allowance: bool) -> None:
         """Run the SDS loop at reporting length ``length`` until no record can grow.
 
-        Below length 2 only columns that are never empty in the data are filled.
+        Without allowances only columns that are never empty in the data are filled.
         """
         items = self.items
         open_columns = (batch.record == EMPTY)
@@ -350,31 +349,32 @@ class Synthesizer:
         largest = int(batch.size[rows].max()) if len(rows) else 0
         subsets = [sub for k in range(1, min(length - 1, largest) + 1)
                    for sub in combinations(range(largest), k)]
-        values = np.full((len(cand), len(subsets) + 1), np.nan)
-        values[:, 0] = first[cand]
+        pad = -np.inf if self.descending else np.inf
+        top = np.full((len(cand), self.keep), pad)
+        top[:, 0] = first[cand]
+        count = np.ones(len(cand), dtype=np.int64)
         direct = first[cand].copy()
         alive = np.ones(len(cand), dtype=bool)
         size = batch.size[owner]
-        for j, subset in enumerate(subsets, start=1):
-            at = np.flatnonzero(alive & (size > subset[-1]))
-            if not len(at):
-                continue
-            others = batch.sequence[owner[at]][:, list(subset)]
-            value = weights.value(np.sort(np.concatenate([cand[at, None], others], axis=1),
-                                          axis=1))
-            values[at, j] = value
-            alive[at] &= value > 0
-            whole = size[at] == len(subset)
-            direct[at[whole]] = value[whole]
-        values = values[alive]
-        seen = ~np.isnan(values)
-        pad = -np.inf if self.descending else np.inf
-        top = np.where(seen, values, pad)
-        top = -np.sort(-top, axis=1) if self.descending else np.sort(top, axis=1)
-        if top.shape[1] < self.keep:
-            top = np.concatenate([top, np.full((len(top), self.keep - top.shape[1]), pad)], axis=1)
-        return _Pairs(owner[alive], cand[alive], top[:, :self.keep], seen.sum(axis=1),
-                      direct[alive])
+        for lo in range(0, len(subsets), SUBSETS_AT_ONCE):
+            group = subsets[lo:lo + SUBSETS_AT_ONCE]
+            values = np.full((len(cand), len(group)), pad)
+            for j, subset in enumerate(group):
+                at = np.flatnonzero(alive & (size > subset[-1]))
+                if not len(at):
+                    continue
+                others = batch.sequence[owner[at]][:, list(subset)]
+                value = weights.value(np.sort(np.concatenate([cand[at, None], others], axis=1),
+                                              axis=1))
+                values[at, j] = value
+                count[at] += 1
+                alive[at] &= value > 0
+                whole = size[at] == len(subset)
+                direct[at[whole]] = value[whole]
+            merged = np.concatenate([top, values], axis=1)
+            merged = -np.sort(-merged, axis=1) if self.descending else np.sort(merged, axis=1)
+            top = merged[:, :self.keep]
+        return _Pairs(owner, cand, top, count, direct).take(alive)
 
     def _extend(self, state: _Pairs, chosen: np.ndarray, batch: _Batch, length: int,
                 weights: Weights) -> _Pairs:
