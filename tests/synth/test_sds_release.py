@@ -63,6 +63,9 @@ def test_release_through_the_cli(store_path: Path) -> None:
     assert parameters["weight_selection_percentile"] == 95
     kinds = [m["measure"] for m in record["measurements"]]
     assert kinds == ["record_count", "k_tuples", "k_tuples", "k_tuples"]
+    synthesis = record["diagnostics"]["synthesis"]  # the sampling's counters reach provenance
+    assert sum(synthesis["cells_filled"].values()) == record["rows"] * 5
+    assert 0 <= synthesis["records_outside_aggregates"] <= record["rows"]
     shown = run("releases", "show", "adult_sds", "--json", db=store_path, user="alice")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["record"] == record
