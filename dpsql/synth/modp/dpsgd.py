@@ -30,6 +30,7 @@ bounded. Everything after the noisy sum (Adam, sampling) is post-processing.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -174,14 +175,19 @@ def train_dp(model: MultiBladeModel, index: torch.Tensor, config: DPSGDConfig,
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     batch = max(config.sampling_rate * rows_estimate, 1.0)
     params = list(model.parameters())
+    seconds = {"gradients": 0.0, "noise": 0.0}
     for step in range(config.steps):
+        start = time.perf_counter()
         if config.sampling_rate < 1:
             keep = rng.random(index.shape[0]) < config.sampling_rate
             rows = index[torch.as_tensor(keep, device=index.device)]
         else:
             rows = index
         sums, _ = clipped_gradient_sum(model, rows, config.clip)
+        middle = time.perf_counter()
         released = noisy.privatize(sums, step_noise.sigma2 if step_noise else None)
+        seconds["gradients"] += middle - start
+        seconds["noise"] += time.perf_counter() - middle
         optimizer.zero_grad(set_to_none=True)
         for p, g in zip(params, released, strict=True):
             p.grad = torch.as_tensor(g / batch, dtype=p.dtype, device=p.device)
@@ -194,5 +200,6 @@ def train_dp(model: MultiBladeModel, index: torch.Tensor, config: DPSGDConfig,
         "sigma2_units": str(step_noise.sigma2) if step_noise else "0",
         "noise_multiplier": step_noise.multiplier if step_noise else 0.0,
         "accountant": "dp_accounting.rdp.RdpAccountant (Gaussian, max over orders of RDP/order)",
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
         "cost": cost,
     }

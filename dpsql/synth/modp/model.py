@@ -118,8 +118,8 @@ class MultiBladeModel(nn.Module):
         hidden = _sum_of_others(own) + self.fc1_bias
         scores = self.fc2(torch.relu(hidden))
         weights = torch.softmax(scores, dim=-1)  # rows x Q x k
-        per_column = weights[:, self.block_of, :]  # rows x width x k
-        output = torch.einsum("rkw,rwk->rw", probs, per_column)
+        per_column = weights.transpose(1, 2)[:, :, self.block_of]  # rows x k x width
+        output = (probs * per_column).sum(dim=1)  # elementwise: einsum here would be a bmm
         return Forward(output, logits, hidden, scores, weights)
 
     def parameter_count(self) -> int:

@@ -31,9 +31,23 @@ def pair_sums(index: torch.Tensor, table: torch.Tensor, blocks: Blocks) -> torch
     return torch.cat(out) if out else torch.zeros(0, dtype=table.dtype, device=table.device)
 
 
-def impossible_cells(true_crosstab: torch.Tensor, blocks: Blocks) -> torch.Tensor:
-    """Cells of two different columns that no true row fills (the data's structural zeros)."""
-    return (true_crosstab == 0) & ~blocks.same_block(true_crosstab.device)
+MIN_EXPECTED = 5.0  # an empty cell is structural when independence expects this many rows
+
+
+def impossible_cells(true_crosstab: torch.Tensor, blocks: Blocks,
+                     min_expected: float = MIN_EXPECTED) -> torch.Tensor:
+    """The data's structural zeros: cells of two columns that no true row fills although
+    independent columns would put at least ``min_expected`` rows there.
+
+    The expectation separates impossible combinations (a married four-year-old)
+    from cells that are empty by chance, which a sparse table has by the
+    thousand and which would otherwise forbid most plausible rows.
+    """
+    counts = torch.diagonal(true_crosstab)
+    rows = counts[: blocks.sizes[0]].sum().clamp_min(1)
+    expected = counts[:, None] * counts[None, :] / rows
+    return (true_crosstab == 0) & (expected >= min_expected) \
+        & ~blocks.same_block(true_crosstab.device)
 
 
 def violates(index: torch.Tensor, impossible: torch.Tensor, blocks: Blocks) -> torch.Tensor:
