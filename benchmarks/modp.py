@@ -36,16 +36,16 @@ import torch
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import peak_rss_mb, print_table  # noqa: E402
+from _common import peak_rss_mb, print_table
 
-import dpsql  # noqa: E402
-from dpsql.domain import Domain  # noqa: E402
-from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta  # noqa: E402
-from dpsql.source import bounded_relation  # noqa: E402
-from dpsql.synth import get  # noqa: E402
-from dpsql.synth.measure import measure_marginals  # noqa: E402
-from dpsql.synth.modp.fitted import DPSeeds  # noqa: E402
-from dpsql.synth.modp.synthesizer import read_codes  # noqa: E402
+import dpsql
+from dpsql.domain import Domain
+from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta
+from dpsql.source import bounded_relation
+from dpsql.synth import get
+from dpsql.synth.measure import measure_marginals
+from dpsql.synth.modp.fitted import DPSeeds
+from dpsql.synth.modp.synthesizer import read_codes
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "acs" / "national2019.csv"

@@ -40,7 +40,7 @@ def main(data: Path) -> None:
             rng = np.random.default_rng(7)
 
             def show(stage: str, done: float, total: float | None = None) -> None:
-                if total and done == total or "epoch" in stage:
+                if (total and done == total) or "epoch" in stage:
                     print(f"  {stage} {done:g}/{total:g}" if total else f"  {stage}")
 
             print("empirical mode (Press 2024, not DP): 3 blades, 15 epochs")

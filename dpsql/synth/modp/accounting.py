@@ -34,6 +34,8 @@ from dp_accounting import rdp
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
 
+FLOAT_MARGIN = Fraction(1, 10**12)  # relative round-up of the accountant's float figure
+
 
 @dataclass(frozen=True)
 class StepNoise:
@@ -68,12 +70,15 @@ def accountant_rho(noise: StepNoise, steps: int) -> float:
 
 
 def charge(noise: StepNoise, steps: int) -> PrivacyCost:
-    """The cost to record: the accountant's rho rounded up to the ledger's quantum.
+    """The cost to record: the accountant's rho, rounded up.
 
-    Never below the exact zCDP of the discrete Gaussian, T * delta^2 / (2 sigma2).
+    Up by a relative ``FLOAT_MARGIN`` (the library computes in floating point,
+    through z = sqrt(sigma2) / delta, a few ulps from exact), then to the
+    ledger's quantum; checked never to fall below the exact zCDP of the discrete
+    Gaussian, T * delta^2 / (2 sigma2).
     """
-    figure = math.nextafter(accountant_rho(noise, steps), math.inf)
-    cost = PrivacyCost.from_fraction("zcdp", Fraction(figure))
+    figure = Fraction(accountant_rho(noise, steps)) * (1 + FLOAT_MARGIN)
+    cost = PrivacyCost.from_fraction("zcdp", figure)
     exact = steps * noise.delta**2 / (2 * noise.sigma2)
     if cost.value < exact:  # float error below the exact cost: a bug, never charge less
         raise ConfigurationError("internal error: the accountant's figure is below the exact "

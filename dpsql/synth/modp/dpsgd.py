@@ -73,7 +73,9 @@ def per_example_sq_norms(model: MultiBladeModel, index: torch.Tensor, fwd: Forwa
     active = (index != blocks.pad).float()  # rows x Q: columns with a one-hot input
     d_logits = d_logits.float()
     per_blade = (d_logits**2).sum(dim=2)  # rows x k
-    per_block = (d_logits**2) @ blocks.indicator(index.device)  # rows x k x Q
+    rows, blades, width = d_logits.shape
+    per_block = ((d_logits**2).reshape(-1, width) @ blocks.indicator(index.device)
+                 ).view(rows, blades, -1)  # rows x k x Q, as one 2-D matmul
     # weight row j (active, in column J) gets d_logits outside J: |d|^2 - |d_J|^2
     weight = (active.sum(dim=1, keepdim=True) * per_blade
               - torch.einsum("rq,rkq->rk", active, per_block)).sum(dim=1)

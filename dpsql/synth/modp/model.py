@@ -46,6 +46,7 @@ class MultiBladeModel(nn.Module):
 
     mask: torch.Tensor  # width x width, False on the self-predicting blocks
     block_of: torch.Tensor  # width: each category's column
+    indicator: torch.Tensor  # width x Q: 1 where a category belongs to a column
     fc1: nn.Parameter  # width x r (blades > 1)
     fc1_bias: nn.Parameter
     fc2: nn.Linear
@@ -60,6 +61,7 @@ class MultiBladeModel(nn.Module):
         self.bias = nn.Parameter(torch.empty(blades, width))
         self.register_buffer("mask", ~blocks.same_block(), persistent=False)
         self.register_buffer("block_of", blocks.block_of().clone(), persistent=False)
+        self.register_buffer("indicator", blocks.indicator().clone(), persistent=False)
         if blades > 1:
             self.fc1 = nn.Parameter(torch.empty(width, reduced_features))
             self.fc1_bias = nn.Parameter(torch.empty(reduced_features))
@@ -114,11 +116,12 @@ class MultiBladeModel(nn.Module):
         if blades == 1:
             return Forward(probs[:, 0, :], logits, None, None, None)
         fc1 = F.pad(self.fc1, (0, 0, 0, 1))
-        own = fc1[index]  # rows x Q x r: each column's own contribution
+        own = F.embedding(index, fc1)  # rows x Q x r: each column's own contribution
         hidden = _sum_of_others(own) + self.fc1_bias
         scores = self.fc2(torch.relu(hidden))
         weights = torch.softmax(scores, dim=-1)  # rows x Q x k
-        per_column = weights.transpose(1, 2)[:, :, self.block_of]  # rows x k x width
+        mixing = weights.transpose(1, 2).reshape(-1, len(self.blocks))
+        per_column = (mixing @ self.indicator.T).view(-1, blades, width)  # a 2-D matmul
         output = (probs * per_column).sum(dim=1)  # elementwise: einsum here would be a bmm
         return Forward(output, logits, hidden, scores, weights)
 

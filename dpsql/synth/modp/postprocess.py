@@ -36,10 +36,11 @@ MIN_EXPECTED = 5.0  # an empty cell is structural when independence expects this
 
 def impossible_cells(true_crosstab: torch.Tensor, blocks: Blocks,
                      min_expected: float = MIN_EXPECTED) -> torch.Tensor:
-    """The data's structural zeros: cells of two columns that no true row fills although
-    independent columns would put at least ``min_expected`` rows there.
+    """The data's structural zeros: empty cells that independence would fill.
 
-    The expectation separates impossible combinations (a married four-year-old)
+    A cell of two columns is impossible when no true row fills it although
+    independent columns would put at least ``min_expected`` rows there. The
+    expectation separates impossible combinations (a married four-year-old)
     from cells that are empty by chance, which a sparse table has by the
     thousand and which would otherwise forbid most plausible rows.
     """

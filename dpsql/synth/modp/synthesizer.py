@@ -81,7 +81,7 @@ class Modp:
     # empirical training
     epochs: int = 40
     warmup_epochs: int = 3
-    batch_size: int = 2048
+    batch_size: int = 1024
     patience: int = 3
     # empirical refinements (paper sec. 4.2-4.4)
     structural_zeros: bool = False

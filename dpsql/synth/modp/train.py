@@ -24,7 +24,7 @@ class Schedule:
 
     warmup_epochs: int = 3
     epochs: int = 40
-    batch_size: int = 2048
+    batch_size: int = 1024
     lr: float = 0.01
     patience: int = 3
     tolerance: float = 0.005

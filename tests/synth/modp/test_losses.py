@@ -17,13 +17,14 @@ TARGET = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 1]], dtype=torch.float64)
 
 
 def _zval_by_hand() -> Fraction:
-    """Eq. (10) cell by cell in exact arithmetic: pseudocount 1/100, variance floor 1e-5,
-    same-column cells zero, mean over all 16 cells."""
+    """Eq. (10) cell by cell in exact arithmetic: pseudocount 1/100, variance floor that of
+    a cell with 1/20 row of the batch (n = 2: (1/20) / 2 * (1/2 + 1/2) = 1/40), same-column
+    cells zero, mean over all 16 cells."""
     q = [[Fraction(3, 4), Fraction(1, 4), Fraction(1, 2), Fraction(1, 2)],
          [Fraction(1, 4), Fraction(3, 4), Fraction(1, 4), Fraction(3, 4)]]
     t = [[1, 0, 0, 1], [0, 1, 0, 1]]
     column = [0, 0, 1, 1]
-    n, pseudo, floor = 2, Fraction(1, 100), Fraction(1, 100_000)
+    n, pseudo, floor = 2, Fraction(1, 100), Fraction(1, 40)
     total = Fraction(0)
     for i in range(4):
         for j in range(4):
@@ -39,7 +40,7 @@ def _zval_by_hand() -> Fraction:
 
 def test_zval_loss_matches_hand_computation() -> None:
     expected = _zval_by_hand()
-    assert float(expected) == pytest.approx(0.136569109364603, rel=1e-12)
+    assert float(expected) == pytest.approx(0.111477960678558, rel=1e-12)
     got = zval_loss(OUTPUT, TARGET, TWO_BY_TWO)
     assert float(got) == pytest.approx(float(expected), rel=1e-6)  # float32 inside
 
