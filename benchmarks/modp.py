@@ -8,14 +8,14 @@ domain on which every method is scored.
 
 Rows printed: the bootstrap ideal (a resample of the real rows), the
 independent-histogram baseline (DP one-way marginals at each epsilon), MODP
-empirical (1 and 5 blades, and 5 blades with the paper's structural-zero
-removal), and MODP DP (1 and 5 blades at each epsilon). Fidelity is the
-paper's log discrepancy d = |log((C_syn + 1) / (C_true + 1))| over the cells of
-every 1-way and 2-way crosstab that are non-empty in the real or the synthetic
-table (over half of all cells are empty in both, which would make every median
-0); its median, mean and r.m.s. The scorer is a local helper until
-dpsql.analysis.fidelity lands on main. Each synthetic table has as many rows
-as the real one.
+empirical (1 and 5 blades) and MODP DP (1 and 5 blades at each epsilon).
+Fidelity is dpsql.analysis.fidelity's: the paper's log discrepancy
+d = |log((C_syn + 1) / (C_true + 1))| over every cell of every 1-way and 2-way
+crosstab, median, mean and r.m.s. Over half of those cells are empty in the
+real and in the resampled table, so the ideal's median is 0; the ``ne_*``
+columns score the same d over the cells non-empty in either table, and
+``x_ideal`` is ``ne_median`` over the ideal's. Each synthetic table has as
+many rows as the real one. One run per row: training takes minutes.
 
     nice python benchmarks/modp.py [--quick] [--json] [--threads N]
 """
@@ -39,12 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import peak_rss_mb, print_table
 
 import dpsql
+from dpsql.analysis import fidelity
 from dpsql.domain import Domain
 from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta
 from dpsql.source import bounded_relation
 from dpsql.synth import get
-from dpsql.synth.measure import measure_marginals
-from dpsql.synth.modp.fitted import DPSeeds
 from dpsql.synth.modp.synthesizer import read_codes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,29 +75,17 @@ def decile_policy(target: Path) -> Path:
     return target
 
 
-# -- scoring (local until dpsql.analysis.fidelity lands) --------------------------------
-class Crosstabs:
-    """All 1-way and 2-way crosstab counts of code rows over a domain."""
-
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.shape = shape
-
-    def counts(self, codes: np.ndarray) -> np.ndarray:
-        out = []
-        for i, a in enumerate(self.shape):
-            out.append(np.bincount(codes[:, i], minlength=a))
-            for j in range(i + 1, len(self.shape)):
-                b = self.shape[j]
-                out.append(np.bincount(codes[:, i] * b + codes[:, j], minlength=a * b))
-        return np.concatenate(out)
-
-
-def log_discrepancy(true: np.ndarray, synthetic: np.ndarray) -> dict[str, float]:
-    """Median, mean, r.m.s. of |log((syn + 1) / (true + 1))| over cells non-empty in either."""
-    cells = (true > 0) | (synthetic > 0)
-    d = np.abs(np.log((synthetic[cells] + 1) / (true[cells] + 1)))
-    return {"median": float(np.median(d)), "mean": float(d.mean()),
-            "rms": float(np.sqrt((d**2).mean())), "cells": int(cells.sum())}
+# -- scoring ----------------------------------------------------------------------------
+def scores(true_codes: np.ndarray, codes: np.ndarray, sizes: tuple[int, ...]) -> dict[str, float]:
+    """dpsql.analysis.fidelity over every 1-way and 2-way cell, and the same log discrepancy
+    over the cells non-empty in either table (``ne_*``)."""
+    fid = fidelity.score(true_codes, codes, sizes)
+    out = fid.summary()
+    cells = (fid.true > 0) | (fid.synthetic > 0)
+    d = fid.d[cells]
+    out.update(ne_median=float(np.median(d)), ne_mean=float(d.mean()),
+               ne_rms=float(np.sqrt((d**2).mean())), ne_cells=float(cells.sum()))
+    return out
 
 
 def table_codes(table: Any, names: tuple[str, ...]) -> np.ndarray:
@@ -106,14 +93,14 @@ def table_codes(table: Any, names: tuple[str, ...]) -> np.ndarray:
 
 
 # -- runs -------------------------------------------------------------------------------
-def independent(relation: Any, domain: Domain, epsilon: float, n: int, seed: int) -> np.ndarray:
-    """The independent-histogram baseline: DP one-way marginals, columns drawn independently.
-
-    (dpsql.synth.histogram's ``independent`` once it lands on main.)
-    """
+def independent(relation: Any, domain: Domain, epsilon: float, n: int, seed: int
+                ) -> tuple[np.ndarray, float]:
+    """The independent-histogram baseline at ``epsilon`` (all of it on the marginals)."""
     budget = rho_from_epsilon_delta(epsilon, DELTA)
-    seeds = DPSeeds.measure(relation, domain, budget, measure_marginals)
-    return seeds.sample(n, np.random.default_rng(seed))
+    start = time.perf_counter()
+    fitted = get("independent").fit(relation, domain, budget, np.random.default_rng(seed))
+    seconds = time.perf_counter() - start
+    return table_codes(fitted.sample(n, np.random.default_rng(seed + 1)), domain.names), seconds
 
 
 def modp_run(relation: Any, domain: Domain, budget: PrivacyCost, n: int, seed: int,
@@ -127,11 +114,12 @@ def modp_run(relation: Any, domain: Domain, budget: PrivacyCost, n: int, seed: i
 
 
 def privacy_note(described: dict[str, Any]) -> str:
-    if described["privacy"] == "dp":
-        rec = described["dpsgd"]
-        spent = described["spent"]["rho"]
-        return (f"rho={float(spent):.4g} z={rec['noise_multiplier']:.3g} "
-                f"steps={rec['steps']} noise {rec['seconds']['noise']:.1f}s")
+    params = described["parameters"]
+    if params["mode"] == "dp":
+        rec = params["dpsgd"]
+        return (f"rho={float(params['spent']['rho']):.4g} z={rec['noise_multiplier']:.3g} "
+                f"steps={rec['steps']}, noise {rec['seconds']['noise']:.1f}s of "
+                f"{rec['seconds']['noise'] + rec['seconds']['gradients']:.0f}s")
     diag = described["diagnostics"]
     ranks = diag["hamming_rank"]
     return (f"entropy med {diag['entropy_bits']['quantiles']['0.5']:.1f} bits, "
@@ -149,7 +137,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    epochs, steps = (4, 10) if args.quick else (40, 200)
+    epochs, steps = (4, 10) if args.quick else (40, 100)
     epsilons = [float(e) for e in args.epsilons.split(",")]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,33 +150,32 @@ def main() -> None:
             relation = bounded_relation(session.store, dataset)
             true_codes = read_codes(relation, domain)
             n = len(true_codes)
-            tabs = Crosstabs(domain.shape)
-            truth = tabs.counts(true_codes)
-            print(f"# {n} rows, {len(domain)} columns, {sum(domain.shape)} categories, "
+            sizes = domain.shape
+            print(f"# {n} rows, {len(domain)} columns, {sum(sizes)} categories, "
                   f"torch threads {torch.get_num_threads()}", flush=True)
 
             def add(method: str, codes: np.ndarray, seconds: float | None = None,
                     note: str = "") -> None:
-                score = log_discrepancy(truth, tabs.counts(codes))
-                rows.append({"method": method, "median": score["median"], "mean": score["mean"],
-                             "rms": score["rms"], "x_ideal": 0.0, "cells": score["cells"],
-                             "train_s": "" if seconds is None else round(seconds, 1),
+                got = scores(true_codes, codes, sizes)
+                rows.append({"method": method, "median": got["median_d"], "mean": got["mean_d"],
+                             "rms": got["rms_d"], "ne_median": got["ne_median"],
+                             "ne_mean": got["ne_mean"], "ne_rms": got["ne_rms"],
+                             "x_ideal": 0.0, "fit_s": "" if seconds is None else round(seconds, 1),
                              "privacy": note})
-                print(f"# {method}: median {score['median']:.4f} ({note})", flush=True)
+                print(f"# {method}: {got}  ({note})", flush=True)
 
             rng = np.random.default_rng(0)
             add("bootstrap ideal", true_codes[rng.integers(0, n, n)], note="resample")
             for eps in epsilons:
-                add(f"independent eps={eps:g}", independent(relation, domain, eps, n, 1),
+                codes, seconds = independent(relation, domain, eps, n, 1)
+                add(f"independent eps={eps:g}", codes, seconds,
                     note=f"DP 1-way marginals, epsilon={eps:g} delta={DELTA:g}")
-            empirical = [("modp empirical 1 blade", {"blades": 1}),
-                         ("modp empirical 5 blades", {"blades": 5}),
-                         ("modp empirical 5 blades + struct. zeros",
-                          {"blades": 5, "structural_zeros": True})]
-            for name, opts in empirical:
+            for blades in (1, 5):
                 codes, described, seconds = modp_run(
-                    relation, domain, PrivacyCost.zero("zcdp"), n, 2, epochs=epochs, **opts)
-                add(name, codes, seconds, privacy_note(described))
+                    relation, domain, PrivacyCost.zero("zcdp"), n, 2, epochs=epochs,
+                    blades=blades)
+                add(f"modp empirical {blades} blade{'s' if blades > 1 else ''}", codes, seconds,
+                    privacy_note(described))
             if not args.skip_dp:
                 for eps in epsilons:
                     budget = rho_from_epsilon_delta(eps, DELTA)
@@ -198,9 +185,9 @@ def main() -> None:
                             steps=steps)
                         add(f"modp dp eps={eps:g} {blades} blade{'s' if blades > 1 else ''}",
                             codes, seconds, privacy_note(described))
-    ideal = rows[0]["median"]
+    ideal = rows[0]["ne_median"]
     for row in rows:
-        row["x_ideal"] = row["median"] / ideal
+        row["x_ideal"] = row["ne_median"] / ideal
     print_table(rows, args.json)
     print(f"\npeak RSS {peak_rss_mb():.0f} MB; one run per row (training is minutes; "
           "medians over runs would multiply that)")

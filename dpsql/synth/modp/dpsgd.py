@@ -54,7 +54,7 @@ CHUNK = 4096  # rows per forward pass (memory), summed exactly across chunks in 
 class DPSGDConfig:
     """The public knobs of DP-SGD."""
 
-    steps: int = 200
+    steps: int = 100
     clip: float = 1.0
     sampling_rate: float = 1.0  # 1 = full batch, else Poisson subsampling of rows
     lr: float = 0.01

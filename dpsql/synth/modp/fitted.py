@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +13,7 @@ import torch
 from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
-from dpsql.synth.measure import Measurement
+from dpsql.synth.base import FittedSynthesizer, get
 from dpsql.synth.modp import device as devices
 from dpsql.synth.modp import postprocess
 from dpsql.synth.modp.blocks import Blocks
@@ -30,40 +29,39 @@ MAX_ROUNDS = 500  # cheap: each round redraws only the rows still failing
 
 @dataclass
 class DPSeeds:
-    """Noisy one-way marginals (the ``independent`` histogram): DP seeds and row count."""
+    """The ``independent`` histogram synthesizer's fit: DP seed rows, marginals, row count."""
 
-    measurements: list[Measurement]
-    probabilities: list[np.ndarray]
-    rows: int
-    spent: PrivacyCost
+    histogram: FittedSynthesizer
 
     @classmethod
     def measure(cls, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
-                measure: Callable[..., list[Measurement]]) -> DPSeeds:
-        """Measure every column's marginal within ``budget`` (see ``measure_marginals``)."""
-        found = measure(source, domain, [[name] for name in domain.names], budget)
-        probabilities = []
-        for m in found:
-            counts = np.clip(np.asarray(m.noisy, dtype=np.float64), 0, None)
-            total = counts.sum()
-            probabilities.append(counts / total if total > 0
-                                 else np.full(counts.size, 1 / counts.size))
-        # each marginal's total estimates the row count, with noise variance cells * var
-        weights = np.array([1 / (m.noisy.size * max(m.variance, 1e-300)) for m in found])
-        totals = np.array([float(np.sum(m.noisy)) for m in found])
-        rows = int(max(1, round(float(weights @ totals / weights.sum())))) if found else 1
-        spent = PrivacyCost.zero(budget.kind)
-        for m in found:
-            spent = spent + m.cost
-        return cls(found, probabilities, rows, spent)
+                rng: np.random.Generator) -> DPSeeds:
+        """Fit ``independent`` (noisy 1-way marginals and row count) within ``budget``."""
+        return cls(get("independent").fit(source, domain, budget, rng))
+
+    @property
+    def rows(self) -> int:
+        """The DP row count."""
+        return max(1, int(self.histogram.rows))
+
+    @property
+    def spent(self) -> PrivacyCost:
+        """What the seed histogram spent."""
+        return self.histogram.spent
 
     def category_probabilities(self) -> np.ndarray:
-        """The marginals concatenated in block order (``width``)."""
-        return np.concatenate(self.probabilities)
+        """The post-processed marginals concatenated in block order (``width``)."""
+        tables = self.histogram.tables  # type: ignore[attr-defined]
+        return np.concatenate([np.asarray(t, dtype=np.float64).ravel() for t in tables])
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n`` seed rows, every column independent (post-processing)."""
-        return np.stack([rng.choice(len(p), size=n, p=p) for p in self.probabilities], axis=1)
+        """``n`` seed rows (post-processing): the histogram's own sample, as codes."""
+        table = self.histogram.sample(n, rng)
+        return np.stack([table.column(c).to_numpy() for c in table.column_names], axis=1)
+
+    def describe(self) -> dict[str, Any]:
+        """The histogram's parameters, measurements and diagnostics (all DP)."""
+        return self.histogram.describe()
 
 
 @dataclass
@@ -165,28 +163,28 @@ class FittedModp:
             "draws; release without structural_zeros or train longer")
 
     def describe(self) -> dict[str, Any]:
-        """JSON-able parameters, DP measurements and (empirical) diagnostics; no row data."""
-        options = asdict(self.options)
-        out: dict[str, Any] = {
-            "synthesizer": "modp", "mode": self.options.mode,
-            "privacy": "dp" if self.options.is_dp else "empirical",
-            "options": options, "device": str(self.device),
+        """Parameters, DP measurements and (empirical) diagnostics; no row data.
+
+        In DP mode everything here is DP (the seed histogram's descriptors, the
+        DP-SGD noise and cost); in empirical mode the diagnostics describe the
+        real rows, which is what an empirical release must show.
+        """
+        parameters: dict[str, Any] = {
+            "mode": self.options.mode, "options": asdict(self.options),
+            "device": str(self.device),
             "model": {"blades": self.options.blades,
                       "reduced_features": self.options.reduced_features,
                       "categories": self.blocks.width, "columns": list(self.blocks.names),
                       "parameters": self.model.parameter_count()},
-            "spent": self.spent.as_dict(), "rows": self.rows,
+            "rows": self.rows, "spent": self.spent.as_dict(),
         }
-        if self.seeds is not None:
-            out["measurements"] = [m.describe() for m in self.seeds.measurements]
-            out["seed_cost"] = self.seeds.spent.as_dict()
-            out["dpsgd"] = self.dpsgd
-        else:
-            out["training"] = self.training
-            out["diagnostics"] = self.diagnostics
-        return out
-
-
-def columns_of(table: pa.Table, names: Sequence[str]) -> np.ndarray:
-    """A code table's columns as a ``rows x columns`` int64 array."""
-    return np.stack([table.column(n).to_numpy() for n in names], axis=1)
+        if self.seeds is None:
+            parameters["training"] = self.training
+            return {"parameters": parameters, "measurements": [],
+                    "diagnostics": self.diagnostics}
+        seeds = self.seeds.describe()
+        parameters["seeds"] = {"synthesizer": "independent", "spent": self.seeds.spent.as_dict(),
+                               "rows": self.seeds.rows, **seeds.get("parameters", {})}
+        parameters["dpsgd"] = self.dpsgd
+        return {"parameters": parameters, "measurements": seeds.get("measurements", []),
+                "diagnostics": {"seeds": seeds.get("diagnostics", {})}}

@@ -32,7 +32,6 @@ from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.synth.base import register
-from dpsql.synth.measure import measure_marginals
 from dpsql.synth.modp import device as devices
 from dpsql.synth.modp import diagnostics, postprocess
 from dpsql.synth.modp.blocks import Blocks
@@ -43,6 +42,7 @@ from dpsql.synth.modp.model import MultiBladeModel
 from dpsql.synth.modp.train import Schedule, train_empirical
 
 MODES = ("empirical", "dp")
+MAX_WEIGHTS = 50_000_000  # blade weights (blades x categories^2) a fit may allocate
 
 
 class _FollowsMode:
@@ -89,7 +89,7 @@ class Modp:
     two_instance: float = 0.0  # fraction of rows that take a second draw (paper sec. 4.4)
     diagnostic_rows: int = 1000
     # dp
-    steps: int = 200
+    steps: int = 100
     clip: float = 1.0
     sampling_rate: float = 1.0
     seed_share: float = 0.1
@@ -127,10 +127,23 @@ class Modp:
         devices.resolve(self.device)
 
 
+    def check(self, domain: Domain, budget: PrivacyCost) -> None:
+        """Public checks before any budget is charged: accounting and model size."""
+        if self.mode == "dp" and budget.kind != "zcdp":
+            raise ConfigurationError("MODP's DP mode adds Gaussian noise and is accounted in "
+                                     "zCDP; use a policy with accounting: zcdp")
+        width = sum(domain.shape)
+        if self.blades * width * width > MAX_WEIGHTS:
+            raise ConfigurationError(
+                f"{len(domain)} columns with {width} categories in all make {self.blades} "
+                f"blades of {width}x{width} weights, too many; choose fewer or coarser columns "
+                "(bins in the policy) or fewer blades")
+
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedModp:
         """Fit on the bounded ``source``: empirically, or within ``budget`` (zCDP) in DP mode."""
         progress = progress or silent
+        self.check(domain, budget)
         blocks = Blocks.from_domain(domain)
         dev = devices.resolve(self.device)
         gen = devices.generator(dev, int(rng.integers(2**63)))
@@ -197,13 +210,10 @@ class Modp:
     def _fit_dp(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
                 rng: np.random.Generator, progress: Progress, model: MultiBladeModel,
                 gen: torch.Generator) -> FittedModp:
-        if budget.kind != "zcdp":
-            raise ConfigurationError("MODP's DP mode adds Gaussian noise and is accounted in "
-                                     "zCDP; use a policy with accounting: zcdp")
         blocks = model.blocks
         seed_budget, _ = budget.split([self.seed_share, 1 - self.seed_share])
         progress("modp: seed marginals", 0, 1)
-        seeds = DPSeeds.measure(source, domain, seed_budget, measure_marginals)
+        seeds = DPSeeds.measure(source, domain, seed_budget, rng)
         progress("modp: seed marginals", 1, 1)
         model.start_from_marginals(torch.as_tensor(seeds.category_probabilities(),
                                                    device=gen.device), scale=0.0)

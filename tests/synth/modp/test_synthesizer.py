@@ -100,7 +100,8 @@ def test_empirical_fit_sample_and_diagnostics(source: tuple[duckdb.DuckDBPyRelat
     assert np.all((codes >= 0) & (codes < np.array(domain.shape)))
     described = fitted.describe()
     json.dumps(described)
-    assert described["privacy"] == "empirical"
+    assert described["parameters"]["mode"] == "empirical"
+    assert described["measurements"] == []
     diag = described["diagnostics"]
     assert diag["entropy_bits"]["count"] == 5000
     assert diag["hamming_rank"]["rows"] == 200
@@ -182,17 +183,19 @@ def test_dp_cost_is_the_accountants_and_fits_the_budget(
     fitted = synth.fit(relation, domain, budget, np.random.default_rng(0))
     described = fitted.describe()
     json.dumps(described)
-    record = described["dpsgd"]
-    seeds = sum((PrivacyCost.zcdp(m["cost"]["rho"]) for m in described["measurements"]),
-                PrivacyCost.zero("zcdp"))
+    record = described["parameters"]["dpsgd"]
+    seeds = PrivacyCost.zcdp(described["parameters"]["seeds"]["spent"]["rho"])
+    measured = sum((PrivacyCost.zcdp(m["cost"]["rho"]) for m in described["measurements"]),
+                   PrivacyCost.zero("zcdp"))
+    assert measured == seeds  # the seed histogram's measurements account for its cost
     train = PrivacyCost.from_fraction(  # the accountant's figure, rounded up as documented
         "zcdp", Fraction(_library_rho(record["noise_multiplier"], 15)) * (1 + FLOAT_MARGIN))
     assert fitted.spent == seeds + train
     assert fitted.spent <= budget
     assert fitted.spent.value > budget.value * Fraction(999_999, 1_000_000)  # nothing wasted
     assert seeds <= PrivacyCost.zcdp("0.01")  # the declared 20% share
-    assert described["privacy"] == "dp"
-    assert "diagnostics" not in described
+    assert described["parameters"]["mode"] == "dp"
+    assert set(described["diagnostics"]) == {"seeds"}  # the histogram's DP diagnostics only
     assert abs(fitted.rows - 5000) < 200  # a DP estimate, not the true count
     codes = _codes(fitted.sample(400, np.random.default_rng(1)), domain)
     assert np.all((codes >= 0) & (codes < np.array(domain.shape)))
@@ -212,4 +215,4 @@ def test_dp_mode_with_an_infinite_budget_adds_no_noise(
         relation, domain, PrivacyCost.unbounded("zcdp"), np.random.default_rng(0))
     assert fitted.spent.infinite
     assert fitted.rows == 5000
-    assert fitted.describe()["dpsgd"]["noise_multiplier"] == 0.0
+    assert fitted.describe()["parameters"]["dpsgd"]["noise_multiplier"] == 0.0
