@@ -47,9 +47,10 @@ from dpsql.synth import get
 from dpsql.synth.modp.synthesizer import read_codes
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data" / "acs" / "national2019.csv"
-if not DATA.exists():
-    DATA = Path("/work/shared/data/acs/national2019.csv")
+# ../shared beside the checkout (a clone), or beside the folder of worktrees
+DATA = next((d / "shared" / "data" / "acs" / "national2019.csv" for d in ROOT.parents
+               if (d / "shared" / "data" / "acs" / "national2019.csv").exists()),
+              ROOT.parent / "shared" / "data" / "acs" / "national2019.csv")
 DECILE_COLUMNS = ("agep", "density", "pincp", "povpip")
 DELTA = 1e-6
 

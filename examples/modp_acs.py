@@ -4,8 +4,9 @@ then the DP mode within a zCDP budget.
     python examples/modp_acs.py [path/to/national2019.csv]
 
 Uses a handful of ACS columns so it runs in a minute or two on a laptop CPU.
-Until releases land, it calls the synthesizer directly through its protocol
-(the release path will charge the ledger first and write the table).
+The empirical mode runs through the synthesizer protocol (policies/acs.yaml
+does not allow non-DP releases); the DP mode is a real release: the ledger is
+charged first, then the table and its provenance are written.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from dpsql.source import bounded_relation
 from dpsql.synth import get
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "acs" / "national2019.csv"
+# ../shared beside the checkout (a clone), or beside the folder of worktrees
+DEFAULT_DATA = next((d / "shared" / "data" / "acs" / "national2019.csv" for d in ROOT.parents
+               if (d / "shared" / "data" / "acs" / "national2019.csv").exists()),
+              ROOT.parent / "shared" / "data" / "acs" / "national2019.csv")
 COLUMNS = ["agep", "sex", "msp", "rac1p", "hisp", "edu", "pincp_decile", "own_rent", "dear",
            "deye", "dphy", "drem"]
 
@@ -55,16 +59,24 @@ def main(data: Path) -> None:
                   f"{100 * diag['hamming_rank']['fraction_nearest']:.1f}% of rows, "
                   f"in the nearest 10 in {100 * diag['hamming_rank']['fraction_within_10']:.1f}%")
 
-            budget = admin.cost(epsilon=4)  # zCDP, from the policy's delta
-            print(f"\nDP mode: DP-SGD within {budget.describe(admin.policy.delta)}")
-            private = get("modp", mode="dp", blades=1, steps=60).fit(
-                source, domain, budget, rng, show)
-            described = private.describe()
-            print(f"  spent {private.spent.describe(admin.policy.delta)}; seeds "
-                  f"{described['seed_cost']['rho']}, DP-SGD noise multiplier "
-                  f"{described['dpsgd']['noise_multiplier']:.3g} over "
-                  f"{described['dpsgd']['steps']} full-batch steps; DP row count {private.rows}")
-            print(domain.decode(private.sample(5, rng), rng).to_pandas().to_string(index=False))
+            print("\nDP mode, released: DP-SGD within epsilon=4 (delta from the policy)")
+            done = admin.release("acs", synthesizer="modp", name="acs_modp", epsilon=4,
+                                 columns=COLUMNS, seed=11, progress=show, mode="dp", blades=1,
+                                 steps=60)
+            record = done.record
+            params = record["parameters"]
+            print(f"  charged {record['cost']['charged']}, spent {record['cost']['spent']}; "
+                  f"seeds rho {params['seeds']['spent']['rho']}, DP-SGD noise multiplier "
+                  f"{params['dpsgd']['noise_multiplier']:.3g} over {params['dpsgd']['steps']} "
+                  f"full-batch steps; {record['rows']} rows (a DP count)")
+            print(admin.store.cursor().execute(
+                f"SELECT {', '.join(COLUMNS)} FROM released.acs_modp LIMIT 5").df()
+                .to_string(index=False))
+            try:
+                admin.release("acs", synthesizer="modp", name="acs_modp_empirical",
+                              columns=COLUMNS)
+            except dpsql.DPSQLError as err:
+                print(f"\nthe empirical mode is refused by this policy: {err}")
 
 
 if __name__ == "__main__":
