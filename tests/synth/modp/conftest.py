@@ -28,7 +28,7 @@ def random_index(blocks: Blocks, rows: int, seed: int = 0, missing: float = 0.0)
     return blocks.to_index(codes)
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True, scope="package")
 def _one_torch_thread() -> Iterator[None]:
     """These models are tiny: one intra-op thread is faster than two, and much faster
     when other test processes share the cores (oversubscribed threads spin)."""
