@@ -63,10 +63,11 @@ class _FollowsMode:
 @register("modp")
 @dataclass
 class Modp:
-    """MODP options (``--option k=v``); the defaults follow the paper's best model.
+    """Minus-one data prediction (Press 2024): not DP as published; DP with mode=dp.
 
-    ``is_dp`` depends on ``mode``: the release refuses ``empirical`` unless the
-    policy allows non-DP releases.
+    Fields are the options (``--option k=v``); the defaults follow the paper's
+    best model (5 blades, 15 reduced features). ``is_dp`` depends on ``mode``:
+    the release refuses ``empirical`` unless the policy allows non-DP releases.
     """
 
     name = "modp"  # not a field: a class attribute every instance reads
