@@ -134,7 +134,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--epsilons", default="1,4")
-    parser.add_argument("--skip-dp", action="store_true")
+    parser.add_argument("--skip-dp", action="store_true", help="no DP-mode runs")
+    parser.add_argument("--skip-empirical", action="store_true",
+                        help="no empirical-mode runs")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -171,7 +173,7 @@ def main() -> None:
                 codes, seconds = independent(relation, domain, eps, n, 1)
                 add(f"independent eps={eps:g}", codes, seconds,
                     note=f"DP 1-way marginals, epsilon={eps:g} delta={DELTA:g}")
-            for blades in (1, 5):
+            for blades in () if args.skip_empirical else (1, 5):
                 codes, described, seconds = modp_run(
                     relation, domain, PrivacyCost.zero("zcdp"), n, 2, epochs=epochs,
                     blades=blades)

@@ -120,19 +120,34 @@ def clipped_gradient_sum(model: MultiBladeModel, index: torch.Tensor, clip: floa
     return sums, torch.cat(norms)
 
 
+def grid_units(multiplier: float, rounding: int) -> int:
+    """Grid steps per sensitivity bound: ``GRID_UNITS``, or fewer when the noise in grid
+    units, ``multiplier * (units + rounding)``, would pass the sampler's largest sigma."""
+    if multiplier <= 0:
+        return GRID_UNITS
+    room = noise.MAX_GAUSSIAN_SIGMA / (multiplier * 1.01) - rounding
+    units = GRID_UNITS
+    while units > 1 and units > room:
+        units //= 2
+    return units
+
+
 class NoisyGradient:
     """Rounds clipped sums to the fixed-point grid and adds discrete Gaussian noise."""
 
-    def __init__(self, model: MultiBladeModel, clip: float, max_rows: int) -> None:
+    def __init__(self, model: MultiBladeModel, clip: float, max_rows: int,
+                 multiplier: float = 0.0) -> None:
         self.selectors = [
             model.mask.expand_as(p).cpu().numpy() if name == "weight"
             else np.ones(p.shape, dtype=bool)
             for name, p in model.named_parameters()
         ]
         self.dimension = int(sum(s.sum() for s in self.selectors))
-        self.grid = noise.FixedPoint.for_bound(clip, GRID_UNITS)
+        rounding = math.isqrt(self.dimension - 1) + 1  # ceil(sqrt(d))
+        self.grid = noise.FixedPoint.for_bound(max_rows * clip,
+                                               grid_units(multiplier, rounding))
         self.sensitivity = (Fraction(max_rows) * Fraction(clip) / Fraction(self.grid.grid)
-                            + math.isqrt(self.dimension - 1) + 1)
+                            + rounding)
 
     def privatize(self, sums: list[torch.Tensor], sigma2: Fraction | None) -> list[np.ndarray]:
         """The noisy sums (float64 arrays shaped like the parameters; masked entries 0).
@@ -167,7 +182,9 @@ def train_dp(model: MultiBladeModel, index: torch.Tensor, config: DPSGDConfig,
     ``rows_estimate`` (a DP or public row count) scales the noisy sum into a mean
     gradient; it must not be the private count.
     """
-    noisy = NoisyGradient(model, config.clip, max_rows)
+    multiplier = 0.0 if budget.infinite or budget.is_zero \
+        else math.sqrt(config.steps / (2 * float(budget.value)))
+    noisy = NoisyGradient(model, config.clip, max_rows, multiplier)
     step_noise: accounting.StepNoise | None = None
     if budget.infinite:  # exactness checks: no noise, and an unbounded cost
         cost = PrivacyCost.unbounded("zcdp")

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from dpsql import noise
 from dpsql.synth.modp.blocks import Blocks
 from dpsql.synth.modp.dpsgd import (
     GRID_UNITS,
     NoisyGradient,
+    grid_units,
     clipped_gradient_sum,
     per_example_sq_norms,
 )
@@ -89,7 +91,7 @@ def test_fixed_point_sensitivity_covers_rounding(blocks: Blocks) -> None:
     clip, max_rows = 0.5, 3
     noisy = NoisyGradient(model, clip, max_rows)
     grid = Fraction(noisy.grid.grid)
-    assert clip / grid <= GRID_UNITS
+    assert max_rows * clip / grid <= GRID_UNITS
     assert noisy.sensitivity == max_rows * Fraction(clip) / grid \
         + math.ceil(math.sqrt(noisy.dimension))
     # neighbours: one privacy unit (max_rows rows) more; rounded sums stay within it
@@ -104,3 +106,16 @@ def test_fixed_point_sensitivity_covers_rounding(blocks: Blocks) -> None:
 
     gap = units(more) - units(base)
     assert math.sqrt(float((gap.astype(float) ** 2).sum())) <= float(noisy.sensitivity)
+
+
+@pytest.mark.parametrize("multiplier", [0.5, 60.0, 5000.0, 1e6])
+def test_grid_keeps_the_noise_within_the_samplers_range(blocks: Blocks, multiplier: float
+                                                        ) -> None:
+    model = _model(blocks, 2)
+    noisy = NoisyGradient(model, 1.0, 1, multiplier)
+    sigma = multiplier * float(noisy.sensitivity)
+    assert sigma <= noise.MAX_GAUSSIAN_SIGMA
+    units = grid_units(multiplier, math.isqrt(noisy.dimension - 1) + 1)
+    if units < GRID_UNITS:  # as fine as fits: twice as many steps would overflow
+        assert multiplier * (2 * units + math.isqrt(noisy.dimension - 1) + 1) \
+            > noise.MAX_GAUSSIAN_SIGMA / 1.01
