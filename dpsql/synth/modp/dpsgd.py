@@ -121,8 +121,11 @@ def clipped_gradient_sum(model: MultiBladeModel, index: torch.Tensor, clip: floa
 
 
 def grid_units(multiplier: float, rounding: int) -> int:
-    """Grid steps per sensitivity bound: ``GRID_UNITS``, or fewer when the noise in grid
-    units, ``multiplier * (units + rounding)``, would pass the sampler's largest sigma."""
+    """Grid steps per sensitivity bound: ``GRID_UNITS`` unless the noise would not fit.
+
+    Fewer (halving) while the noise in grid units, ``multiplier * (units +
+    rounding)``, would pass the sampler's largest sigma.
+    """
     if multiplier <= 0:
         return GRID_UNITS
     room = noise.MAX_GAUSSIAN_SIGMA / (multiplier * 1.01) - rounding

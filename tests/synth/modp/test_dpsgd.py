@@ -15,8 +15,8 @@ from dpsql.synth.modp.blocks import Blocks
 from dpsql.synth.modp.dpsgd import (
     GRID_UNITS,
     NoisyGradient,
-    grid_units,
     clipped_gradient_sum,
+    grid_units,
     per_example_sq_norms,
 )
 from dpsql.synth.modp.losses import per_example_mse
