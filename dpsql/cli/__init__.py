@@ -18,6 +18,7 @@ from dpsql.cli.common import cli
 
 def _load_commands() -> None:
     from dpsql.cli import admin, demo  # noqa: F401  (registers commands)
+    from dpsql.cli import serve, user  # noqa: F401  (the SQL server and its passwords)
 
 
 def main() -> None:
