@@ -69,10 +69,10 @@ _BASE: list[tuple[int, str, int, str, int, bool]] = [
     (1042, "bpchar", -1, "S", 1014, True),
     (1043, "varchar", -1, "S", 1015, True),
     (1082, "date", 4, "D", 1182, True),
-    (1083, "time", 8, "D", 1183, False),
+    (1083, "time", 8, "D", 1183, True),
     (1114, "timestamp", 8, "D", 1115, True),
     (1184, "timestamptz", 8, "D", 1185, True),
-    (1186, "interval", 16, "T", 1187, False),
+    (1186, "interval", 16, "T", 1187, True),
     (1266, "timetz", 12, "D", 1270, False),
     (1560, "bit", -1, "V", 1561, False),
     (1562, "varbit", -1, "V", 1563, False),
@@ -280,13 +280,13 @@ def _numeric_binary(value: Any) -> bytes:
     assert isinstance(exponent, int)
     dscale = max(0, -exponent)
     # Group decimal digits into base-10000 digits aligned on the decimal point.
-    integer = "".join(map(str, digits))
-    if exponent > 0:
-        integer += "0" * exponent
-        frac = ""
+    text = "".join(map(str, digits))
+    if exponent >= 0:
+        integer, frac = text + "0" * exponent, ""
+    elif len(text) <= -exponent:
+        integer, frac = "", text.rjust(-exponent, "0")
     else:
-        frac = integer[len(integer) + exponent:] if exponent else ""
-        integer = integer[:len(integer) + exponent] if exponent else integer
+        integer, frac = text[:exponent], text[exponent:]
     integer = integer.lstrip("0")
     integer = "0" * (-len(integer) % 4) + integer
     frac = frac + "0" * (-len(frac) % 4)
@@ -329,7 +329,33 @@ def _binary_encoder(pg: PgType) -> Callable[[Any], bytes] | None:
         return _numeric_binary
     if name == "uuid":
         return lambda v: v.bytes if isinstance(v, uuid.UUID) else bytes(v)
+    if name == "time":
+        return lambda v: struct.pack("!q", ((v.hour * 60 + v.minute) * 60 + v.second)
+                                     * 1_000_000 + v.microsecond)
+    if name == "interval":
+        return lambda v: struct.pack("!qii", v.seconds * 1_000_000 + v.microseconds, v.days, 0)
+    if pg.is_array:
+        element = TYPES[pg.elem_oid]
+        encode = _binary_encoder(element)
+        if encode is None:
+            return None
+        return lambda v: _array_binary(v, element.oid, encode)
     return None
+
+
+def _array_binary(values: list[Any], elem_oid: int, encode: Callable[[Any], bytes]) -> bytes:
+    """A one-dimensional array in PostgreSQL's binary array format."""
+    if not values:
+        return struct.pack("!iiI", 0, 0, elem_oid)
+    parts = [struct.pack("!iiIii", 1, int(any(v is None for v in values)), elem_oid,
+                         len(values), 1)]
+    for value in values:
+        if value is None:
+            parts.append(struct.pack("!i", -1))
+        else:
+            data = encode(value)
+            parts.append(struct.pack("!i", len(data)) + data)
+    return b"".join(parts)
 
 
 class UnsupportedFormat(ValueError):
@@ -411,7 +437,8 @@ def _numeric_from_binary(data: bytes) -> Decimal:
     if sign == 0xC000:
         return Decimal("NaN")
     digits = struct.unpack(f"!{ndigits}H", data[8:8 + 2 * ndigits])
-    value = sum(Decimal(d) * Decimal(10000) ** (weight - i) for i, d in enumerate(digits))
+    value = sum((Decimal(d) * Decimal(10000) ** (weight - i) for i, d in enumerate(digits)),
+                Decimal(0))
     value = value.quantize(Decimal(1).scaleb(-dscale)) if dscale else value
     return -value if sign == 0x4000 else value
 
