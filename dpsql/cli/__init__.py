@@ -17,8 +17,7 @@ from dpsql.errors import DPSQLError
 
 
 def _load_commands() -> None:
-    from dpsql.cli import admin, demo  # noqa: F401  (registers commands)
-    from dpsql.cli import serve, user  # noqa: F401  (the SQL server and its passwords)
+    from dpsql.cli import admin, demo, serve, user  # noqa: F401  (registers commands)  # noqa: F401  (the SQL server and its passwords)
 
 
 def main() -> None:

@@ -48,7 +48,7 @@ def user_add(name: str, password_stdin: bool, iterations: int, db: str, as_json:
     Examples:
       dpsql user add alice                       # prompts twice
       echo "$PASSWORD" | dpsql user add alice --password-stdin
-    """
+    """  # noqa: D301 (click needs a real \b)
     with Store.open(db) as store:
         if name not in store.active_policy().users:
             raise ConfigurationError(f"no user {name!r} in the store's policy; declare it under "

@@ -56,10 +56,10 @@ def saslprep(password: str) -> str:
                   stringprep.in_table_c7, stringprep.in_table_c8, stringprep.in_table_c9)
     if any(check(c) for c in text for check in prohibited):
         return password
-    if any(stringprep.in_table_d1(c) for c in text):
-        if not (stringprep.in_table_d1(text[0]) and stringprep.in_table_d1(text[-1])) or \
-                any(stringprep.in_table_d2(c) for c in text):
-            return password
+    bidi = any(stringprep.in_table_d1(c) for c in text)
+    if bidi and (not (stringprep.in_table_d1(text[0]) and stringprep.in_table_d1(text[-1]))
+                 or any(stringprep.in_table_d2(c) for c in text)):
+        return password
     return text
 
 
@@ -75,6 +75,7 @@ class Verifier:
     @classmethod
     def make(cls, password: str, *, iterations: int = DEFAULT_ITERATIONS,
              salt: bytes | None = None) -> Verifier:
+        """The verifier of ``password`` (a fresh random salt unless one is given)."""
         salt = salt if salt is not None else secrets.token_bytes(SALT_BYTES)
         salted = hashlib.pbkdf2_hmac("sha256", saslprep(password).encode("utf-8"), salt,
                                      iterations)
@@ -83,11 +84,13 @@ class Verifier:
                    _hmac(salted, b"Server Key"))
 
     def encode(self) -> str:
+        """The stored form, as PostgreSQL writes it in pg_authid.rolpassword."""
         return (f"{MECHANISM}${self.iterations}:{_b64(self.salt)}$"
                 f"{_b64(self.stored_key)}:{_b64(self.server_key)}")
 
     @classmethod
     def parse(cls, text: str) -> Verifier:
+        """Read the stored form back."""
         try:
             mechanism, params, keys = text.split("$")
             iterations, salt = params.split(":")
@@ -110,7 +113,7 @@ class AuthFailed(Exception):
 
 
 def _attributes(message: str) -> dict[str, str]:
-    out = {}
+    out: dict[str, str] = {}
     for part in message.split(","):
         if len(part) < 2 or part[1] != "=":
             raise AuthFailed("malformed SCRAM attribute")
@@ -171,7 +174,7 @@ class ScramExchange:
         signature = _hmac(self.verifier.stored_key, auth_message)
         if len(proof) != len(signature):
             raise AuthFailed("proof has the wrong length")
-        client_key = bytes(a ^ b for a, b in zip(proof, signature))
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
         matches = hmac.compare_digest(hashlib.sha256(client_key).digest(),
                                       self.verifier.stored_key)
         if not (matches and self.genuine):

@@ -104,6 +104,7 @@ class CatalogSource:
         return self.current().names
 
     def close(self) -> None:
+        """Close the catalog database."""
         with self._lock:
             if self._built is not None:
                 self._built.database.close()
@@ -134,7 +135,7 @@ class ConnectionCatalog:
             self._settings = dict(settings)
         return self._cursor
 
-    def run(self, tree: rewrite.exp.Expression, ctx: rewrite.Context) -> pa.Table:
+    def run(self, tree: rewrite.exp.Expr, ctx: rewrite.Context) -> pa.Table:
         """Answer a catalog query (raises CatalogQueryError for what the catalog lacks)."""
         sql = rewrite.rewrite(tree, ctx)
         cursor = self._ready(ctx.settings)
@@ -149,6 +150,7 @@ class ConnectionCatalog:
             self._cursor.interrupt()
 
     def close(self) -> None:
+        """Close this connection's cursor."""
         if self._cursor is not None:
             self._cursor.close()
             self._cursor = None

@@ -9,6 +9,7 @@ never the server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 import ssl
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from dpsql.errors import DPSQLError
-from dpsql.server import auth, messages as m
+from dpsql.server import auth
+from dpsql.server import messages as m
 from dpsql.server.catalog import ConnectionCatalog
 from dpsql.server.pgcatalog import Client
 from dpsql.server.pgtypes import (
@@ -83,8 +85,8 @@ def encode_rows(table: pa.Table, formats: Callable[[int], int], zone: Any) -> li
     encoders = [column_encoder(table.schema.field(i).type, formats(i) == 1, zone)
                 for i in range(table.num_columns)]
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    return [m.data_row([enc(v) for enc, v in zip(encoders, values)])
-            for values in zip(*columns)]
+    return [m.data_row([enc(v) for enc, v in zip(encoders, values, strict=True)])
+            for values in zip(*columns, strict=True)]
 
 
 def _text_formats(_: int) -> int:
@@ -133,10 +135,8 @@ class Connection:
     async def _cleanup(self) -> None:
         self.server.unregister(self)
         if self._pending is not None and not self._pending.done():
-            try:
+            with contextlib.suppress(Exception):
                 await asyncio.shield(self._pending)
-            except Exception:  # noqa: BLE001 - the client is gone; the error was logged
-                pass
         if self.catalog is not None:
             self.catalog.close()
         if self.session is not None:
@@ -175,7 +175,7 @@ class Connection:
                 if context is not None and not tls:
                     self.writer.write(b"S")
                     await self.writer.drain()
-                    await self.writer.start_tls(context)
+                    await self.writer.start_tls(context)  # Python 3.11+
                     tls = True
                 else:
                     self.writer.write(b"N")
@@ -269,7 +269,8 @@ class Connection:
         try:
             self.router = Router(user=user, database=database,
                                  handler=server.handler_factory(session),
-                                 catalog=self.catalog, reset_options=lambda: session.options.clear(),
+                                 catalog=self.catalog,
+                                 reset_options=lambda: session.options.clear(),
                                  pid=self.pid, started=server.started,
                                  startup=router_settings)
         except StatementError as err:
@@ -306,15 +307,16 @@ class Connection:
         future = loop.run_in_executor(self.server.executor, fn, *args)
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._pending = future
-        cancel = asyncio.ensure_future(self._cancel.wait())
+        cancel: asyncio.Future[Any] = asyncio.ensure_future(self._cancel.wait())
         try:
-            done, _ = await asyncio.wait({future, cancel}, timeout=self._timeout(),
+            done, _ = await asyncio.wait([future, cancel], timeout=self._timeout(),
                                          return_when=asyncio.FIRST_COMPLETED)
         finally:
             cancel.cancel()
         if future in done:
             return future.result()
-        assert self.catalog is not None and self.router is not None
+        assert self.catalog is not None
+        assert self.router is not None
         self.catalog.interrupt()
         self.router.failed()
         reason = "user request" if self._cancel.is_set() else "statement timeout"
@@ -495,7 +497,8 @@ class Connection:
         name, max_rows = m.decode_execute(payload)
         portal = await self._portal_outcome(name)
         outcome = portal.outcome
-        assert outcome is not None and portal.rows is not None
+        assert outcome is not None
+        assert portal.rows is not None
         end = len(portal.rows) if not max_rows else min(len(portal.rows), portal.sent + max_rows)
         await self._write_rows(portal.rows[portal.sent:end])
         portal.sent = end

@@ -81,15 +81,19 @@ class Buffer:
         return chunk
 
     def int16(self) -> int:
+        """A signed 16-bit integer."""
         return int(_INT16.unpack(self._take(2))[0])
 
     def int32(self) -> int:
+        """A signed 32-bit integer."""
         return int(_INT32.unpack(self._take(4))[0])
 
     def byte(self) -> bytes:
+        """One byte."""
         return self._take(1)
 
     def cstring(self) -> str:
+        """A NUL-terminated UTF-8 string."""
         end = self.data.find(b"\x00", self.pos)
         if end < 0:
             raise ProtocolViolation("unterminated string in message")
@@ -101,12 +105,15 @@ class Buffer:
             raise ProtocolViolation("invalid UTF-8 in message") from err
 
     def raw(self, n: int) -> bytes:
+        """The next ``n`` bytes."""
         return self._take(n)
 
     def rest(self) -> bytes:
+        """Every byte left."""
         return self._take(len(self.data) - self.pos)
 
     def done(self) -> None:
+        """Raise unless the whole payload was read."""
         if self.pos != len(self.data):
             raise ProtocolViolation("message has trailing bytes")
 
@@ -159,12 +166,14 @@ def decode_query(payload: bytes) -> str:
 
 @dataclass(frozen=True)
 class Parse:
+    """A decoded Parse message."""
     name: str
     query: str
     param_types: tuple[int, ...]
 
 
 def decode_parse(payload: bytes) -> Parse:
+    """Parse ('P'): statement name, query text, declared parameter types."""
     buf = Buffer(payload)
     name, query = buf.cstring(), buf.cstring()
     count = buf.int16()
@@ -177,6 +186,7 @@ def decode_parse(payload: bytes) -> Parse:
 
 @dataclass(frozen=True)
 class Bind:
+    """A decoded Bind message."""
     portal: str
     statement: str
     param_formats: tuple[int, ...]
@@ -192,6 +202,7 @@ class Bind:
         return self.param_formats[index]
 
     def result_format(self, index: int) -> int:
+        """The format code of result column ``index`` (one code applies to all)."""
         if not self.result_formats:
             return 0
         if len(self.result_formats) == 1:
@@ -200,6 +211,7 @@ class Bind:
 
 
 def decode_bind(payload: bytes) -> Bind:
+    """Bind ('B'): portal, statement, parameter values and formats."""
     buf = Buffer(payload)
     portal, statement = buf.cstring(), buf.cstring()
     formats = tuple(buf.int16() for _ in range(_count(buf)))
@@ -235,6 +247,7 @@ def decode_target(payload: bytes) -> tuple[str, str]:
 
 
 def decode_execute(payload: bytes) -> tuple[str, int]:
+    """Execute ('E'): the portal and the row limit (0: all rows)."""
     buf = Buffer(payload)
     portal = buf.cstring()
     max_rows = buf.int32()
@@ -264,35 +277,43 @@ def _cstr(text: str) -> bytes:
 
 
 def auth_ok() -> bytes:
+    """AuthenticationOk."""
     return _message(b"R", _INT32.pack(0))
 
 
 def auth_sasl(mechanisms: Sequence[str]) -> bytes:
+    """AuthenticationSASL: the mechanisms offered."""
     return _message(b"R", _INT32.pack(10) + b"".join(_cstr(m) for m in mechanisms) + b"\x00")
 
 
 def auth_sasl_continue(data: bytes) -> bytes:
+    """AuthenticationSASLContinue: the server-first-message."""
     return _message(b"R", _INT32.pack(11) + data)
 
 
 def auth_sasl_final(data: bytes) -> bytes:
+    """AuthenticationSASLFinal: the server-final-message."""
     return _message(b"R", _INT32.pack(12) + data)
 
 
 def parameter_status(name: str, value: str) -> bytes:
+    """ParameterStatus: a reported run-time parameter and its value."""
     return _message(b"S", _cstr(name) + _cstr(value))
 
 
 def backend_key_data(pid: int, key: int) -> bytes:
+    """BackendKeyData: what a CancelRequest for this connection must carry."""
     return _message(b"K", _INT32.pack(pid) + _INT32.pack(key))
 
 
 def negotiate_protocol_version(minor: int, unrecognized: Sequence[str]) -> bytes:
+    """NegotiateProtocolVersion: the newest minor version served."""
     body = _INT32.pack(minor) + _INT32.pack(len(unrecognized))
     return _message(b"v", body + b"".join(_cstr(o) for o in unrecognized))
 
 
 def ready_for_query(status: str) -> bytes:
+    """ReadyForQuery with the transaction status (I, T or E)."""
     return _message(b"Z", status.encode("ascii"))
 
 
@@ -310,6 +331,7 @@ class FieldDescription:
 
 
 def row_description(fields: Sequence[FieldDescription]) -> bytes:
+    """RowDescription: the columns of the rows that follow."""
     parts = [_INT16.pack(len(fields))]
     for f in fields:
         parts.append(_cstr(f.name) + struct.pack("!IhIhih", f.table_oid, f.column, f.type_oid,
@@ -318,6 +340,7 @@ def row_description(fields: Sequence[FieldDescription]) -> bytes:
 
 
 def data_row(values: Sequence[bytes | None]) -> bytes:
+    """DataRow: one row's values (None is NULL)."""
     parts = [_INT16.pack(len(values))]
     for value in values:
         if value is None:
@@ -328,34 +351,42 @@ def data_row(values: Sequence[bytes | None]) -> bytes:
 
 
 def command_complete(tag: str) -> bytes:
+    """CommandComplete with its tag (``SELECT 3``, ``SET``)."""
     return _message(b"C", _cstr(tag))
 
 
 def empty_query_response() -> bytes:
+    """EmptyQueryResponse."""
     return _message(b"I")
 
 
 def parse_complete() -> bytes:
+    """ParseComplete."""
     return _message(b"1")
 
 
 def bind_complete() -> bytes:
+    """BindComplete."""
     return _message(b"2")
 
 
 def close_complete() -> bytes:
+    """CloseComplete."""
     return _message(b"3")
 
 
 def no_data() -> bytes:
+    """NoData."""
     return _message(b"n")
 
 
 def portal_suspended() -> bytes:
+    """PortalSuspended: Execute reached its row limit."""
     return _message(b"s")
 
 
 def parameter_description(oids: Sequence[int]) -> bytes:
+    """ParameterDescription: the type of each parameter."""
     return _message(b"t", _INT16.pack(len(oids)) + b"".join(_UINT32.pack(o) for o in oids))
 
 
@@ -375,8 +406,10 @@ def _fields(severity: str, code: str, message: str, detail: str | None, hint: st
 def error_response(code: str, message: str, *, severity: str = "ERROR",
                    detail: str | None = None, hint: str | None = None,
                    position: int | None = None) -> bytes:
+    """ErrorResponse with a SQLSTATE and message (and hint, position)."""
     return _message(b"E", _fields(severity, code, message, detail, hint, position))
 
 
 def notice_response(message: str, *, code: str = "00000", severity: str = "NOTICE") -> bytes:
+    """NoticeResponse (NOTICE, WARNING) with a SQLSTATE and message."""
     return _message(b"N", _fields(severity, code, message, None, None, None))

@@ -542,7 +542,8 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: Sequence[Sequence[
         return
     columns = columns if columns is not None else TABLES[table]
     schema = pa.schema([(name, _arrow_type(kind)) for name, kind in columns])
-    data = pa.Table.from_pylist([dict(zip(schema.names, r)) for r in rows], schema=schema)
+    data = pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows],
+                                schema=schema)
     con.register("_dpsql_rows", data)
     try:
         home = "temp" if table in CLIENT_TABLES else "pgc"

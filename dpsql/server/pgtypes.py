@@ -39,6 +39,7 @@ class PgType:
 
     @property
     def is_array(self) -> bool:
+        """Whether this is an array type (``_int4`` ...)."""
         return self.elem_oid != 0
 
 
@@ -470,15 +471,16 @@ def parameter_literal(data: bytes | None, oid: int, binary: bool) -> str:
         return f"({number})" if number < 0 else str(number)
     if oid in _FLOAT or oid == 1700:
         try:
-            number = Decimal(str(value).strip()) if not isinstance(value, float) \
-                else Decimal(repr(value)) if math.isfinite(value) else Decimal(str(value))
+            decimal_value = Decimal(repr(value) if isinstance(value, float)
+                                    else str(value).strip())
         except InvalidOperation as err:
             raise BadParameter(f"invalid input for a numeric parameter: {value!r}") from err
-        if not number.is_finite():
-            word = "NaN" if number.is_nan() else ("Infinity" if number > 0 else "-Infinity")
+        if not decimal_value.is_finite():
+            word = "NaN" if decimal_value.is_nan() else (
+                "Infinity" if decimal_value > 0 else "-Infinity")
             return f"CAST('{word}' AS DOUBLE)"
-        text = str(number) if oid != 1700 else format(number, "f")
-        return f"({text})" if number < 0 else text
+        text = str(decimal_value) if oid != 1700 else format(decimal_value, "f")
+        return f"({text})" if decimal_value < 0 else text
     if oid == 17:
         raise BadParameter("bytea parameters are not supported by dpsql")
     return quote_literal(str(value))

@@ -44,7 +44,7 @@ MACRO_FUNCTIONS = frozenset({
     "quote_ident", "_pg_expandarray", "pg_get_keywords", "current_setting",
     "pg_operator_is_visible", "pg_statistics_obj_is_visible", "pg_ts_config_is_visible",
     "pg_ts_dict_is_visible", "pg_ts_parser_is_visible", "pg_ts_template_is_visible",
-    "getdatabaseencoding", "pg_get_userbyid",
+    "getdatabaseencoding",
 })
 BUILTIN_FUNCTIONS = frozenset({
     "all", "any", "array_to_string", "string_to_array", "array_position", "array_cat",
@@ -81,7 +81,7 @@ class Context:
     started: str
 
 
-def _cte_names(tree: exp.Expression) -> set[str]:
+def _cte_names(tree: exp.Expr) -> set[str]:
     return {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 
 
@@ -99,7 +99,7 @@ def _table_function(table: exp.Table) -> str | None:
     return None
 
 
-def is_catalog_query(tree: exp.Expression, user_relations: frozenset[str]) -> bool:
+def is_catalog_query(tree: exp.Expr, user_relations: frozenset[str]) -> bool:
     """Whether ``tree`` is a plain query that reads system relations only (or nothing).
 
     ``user_relations`` are names of datasets and released tables: an unqualified
@@ -132,7 +132,7 @@ def is_catalog_query(tree: exp.Expression, user_relations: frozenset[str]) -> bo
 # -- default column names (PostgreSQL's FigureColname) -----------------------------------------
 
 
-def _column_name(node: exp.Expression) -> str:
+def _column_name(node: exp.Expr) -> str:
     if isinstance(node, exp.Column):
         return node.name
     if isinstance(node, exp.Cast):
@@ -170,7 +170,7 @@ def _column_name(node: exp.Expression) -> str:
     return "?column?"
 
 
-def _name_columns(tree: exp.Expression) -> None:
+def _name_columns(tree: exp.Expr) -> None:
     """Alias unnamed output columns as PostgreSQL would name them."""
     select = tree
     while isinstance(select, exp.SetOperation):
@@ -204,18 +204,18 @@ _OPERATORS = {"~": (exp.RegexpLike, False), "!~": (exp.RegexpLike, True),
               "!~~*": (exp.ILike, True), "=": (exp.EQ, False), "<>": (exp.NEQ, False)}
 
 
-def _type_name(target: exp.Expression) -> str | None:
+def _type_name(target: exp.Expr) -> str | None:
     """The PostgreSQL name of a cast target that sqlglot could not map (else None)."""
     if isinstance(target, exp.ObjectIdentifier):
         return target.name.lower()
     if isinstance(target, exp.DataType) and target.this == exp.DataType.Type.USERDEFINED:
         kind = target.args.get("kind")
-        text = kind.sql("postgres") if isinstance(kind, exp.Expression) else str(kind or "")
+        text = kind.sql("postgres") if isinstance(kind, exp.Expr) else str(kind or "")
         return text.split(".")[-1].strip('"').lower()
     return None
 
 
-def _string_value(node: exp.Expression) -> str | None:
+def _string_value(node: exp.Expr) -> str | None:
     if isinstance(node, exp.Literal) and node.is_string:
         return str(node.this)
     if isinstance(node, exp.Literal):
@@ -223,7 +223,7 @@ def _string_value(node: exp.Expression) -> str | None:
     return None
 
 
-def _array_literal(text: str, element: exp.DataType) -> exp.Expression:
+def _array_literal(text: str, element: exp.DataType) -> exp.Expr:
     """A PostgreSQL array literal ('{a,"b c"}') as a DuckDB list."""
     body = text.strip()
     if not (body.startswith("{") and body.endswith("}")):
@@ -246,13 +246,13 @@ def _array_literal(text: str, element: exp.DataType) -> exp.Expression:
         i += 1
     if inner:
         items.append(current)
-    values: list[exp.Expression] = [
+    values: list[exp.Expr] = [
         exp.Null() if item.strip().upper() == "NULL" else
         exp.cast(exp.Literal.string(item.strip()), element.copy()) for item in items]
     return exp.Array(expressions=values)
 
 
-def _duck_type(target: exp.Expression) -> exp.Expression:
+def _duck_type(target: exp.Expr) -> exp.Expr:
     """A cast target DuckDB understands (PostgreSQL-only type names mapped, arrays too)."""
     name = _type_name(target)
     if name is None:
@@ -268,7 +268,7 @@ def _duck_type(target: exp.Expression) -> exp.Expression:
     raise CatalogQueryError("42704", f"type {name} does not exist in dpsql's catalog")
 
 
-def _rewrite_cast(node: exp.Cast) -> exp.Expression:
+def _rewrite_cast(node: exp.Cast) -> exp.Expr:
     target = node.to
     name = _type_name(target)
     operand = node.this
@@ -289,12 +289,12 @@ def _rewrite_cast(node: exp.Cast) -> exp.Expression:
     return exp.Cast(this=operand, to=mapped)
 
 
-def _rewrite_operator(node: exp.Operator) -> exp.Expression:
+def _rewrite_operator(node: exp.Operator) -> exp.Expr:
     symbol = str(node.args.get("operator", "")).split(".")[-1].strip()
     if symbol not in _OPERATORS:
         raise CatalogQueryError("42883", f"operator {symbol} is not available in catalog queries")
     kind, negate = _OPERATORS[symbol]
-    result: exp.Expression = kind(this=node.this, expression=node.expression)
+    result: exp.Expr = kind(this=node.this, expression=node.expression)
     return exp.Not(this=result) if negate else result
 
 
@@ -304,7 +304,7 @@ _SESSION_FUNCTIONS: dict[str, type[exp.Func]] = {
     "current_catalog": exp.CurrentCatalog}
 
 
-def _rewrite_function(node: exp.Expression, ctx: Context) -> exp.Expression:
+def _rewrite_function(node: exp.Expr, ctx: Context) -> exp.Expr:
     if isinstance(node, (exp.CurrentUser, exp.SessionUser)):
         return exp.Literal.string(ctx.user)
     if isinstance(node, exp.CurrentSchema):
@@ -321,9 +321,10 @@ def _rewrite_function(node: exp.Expression, ctx: Context) -> exp.Expression:
     if isinstance(node, exp.CurrentVersion):
         return exp.Literal.string(ctx.version)
     if not isinstance(node, exp.Anonymous):
-        if any(word in node.sql_name().lower() for word in _FORBIDDEN_TYPED):
-            raise CatalogQueryError("42501", f"function {node.sql_name().lower()}() is not "
-                                    "available over the wire")
+        typed = node.sql_name().lower() if isinstance(node, exp.Func) else ""
+        if any(word in typed for word in _FORBIDDEN_TYPED):
+            raise CatalogQueryError("42501", f"function {typed}() is not available over the "
+                                    "wire")
         return node
     name = str(node.this).lower()
     if name == "version":
@@ -347,7 +348,7 @@ def _rewrite_function(node: exp.Expression, ctx: Context) -> exp.Expression:
     raise CatalogQueryError("42883", f"function {name}() does not exist in dpsql's catalog")
 
 
-def _rewrite_table(node: exp.Table, ctes: set[str]) -> exp.Expression:
+def _rewrite_table(node: exp.Table, ctes: set[str]) -> exp.Expr:
     func = _table_function(node)
     if func is not None:
         node.set("db", None)
@@ -373,13 +374,13 @@ def _rewrite_table(node: exp.Table, ctes: set[str]) -> exp.Expression:
     return node
 
 
-def rewrite(tree: exp.Expression, ctx: Context) -> str:
+def rewrite(tree: exp.Expr, ctx: Context) -> str:
     """DuckDB SQL for a catalog query (``is_catalog_query(tree)`` must hold)."""
     tree = normalize_identifiers(tree.copy(), dialect="postgres")
     _name_columns(tree)
     ctes = _cte_names(tree)
     for node in reversed(list(tree.walk(bfs=False))):
-        replacement: exp.Expression | None = None
+        replacement: exp.Expr | None = None
         if isinstance(node, exp.Collate):
             replacement = node.this
         elif isinstance(node, exp.Operator):
@@ -404,7 +405,7 @@ def rewrite(tree: exp.Expression, ctx: Context) -> str:
     return tree.sql("duckdb")
 
 
-def parse(text: str) -> exp.Expression | None:
+def parse(text: str) -> exp.Expr | None:
     """The statement as a sqlglot tree in PostgreSQL's dialect (None if it does not parse)."""
     try:
         trees = sqlglot.parse(text, read="postgres")

@@ -1,4 +1,4 @@
-"""Where each statement of a client goes, and what the client sees of it.
+r"""Where each statement of a client goes, and what the client sees of it.
 
 Three destinations:
 
@@ -109,8 +109,8 @@ _SHOW = re.compile(r"^SHOW\s+(?P<name>[A-Za-z_][\w.]*|\"[^\"]+\")$", re.I | re.S
 _RESET = re.compile(r"^RESET\s+(?P<name>[A-Za-z_][\w.]*|\"[^\"]+\")$", re.I | re.S)
 _TXN_BEGIN = re.compile(r"^(BEGIN|START\s+TRANSACTION)\b", re.I)
 _TXN_COMMIT = re.compile(r"^(COMMIT|END)\b(?!\s+PREPARED)", re.I)
-_TXN_ROLLBACK = re.compile(r"^(ROLLBACK|ABORT)\b(?!\s+PREPARED)(?!\s+(WORK\s+|TRANSACTION\s+)?TO\b)",
-                           re.I)
+_TXN_ROLLBACK = re.compile(
+    r"^(ROLLBACK|ABORT)\b(?!\s+PREPARED)(?!\s+(WORK\s+|TRANSACTION\s+)?TO\b)", re.I)
 _SAVEPOINT = re.compile(r"^(SAVEPOINT|RELEASE|ROLLBACK\s+(WORK\s+|TRANSACTION\s+)?TO)\b", re.I)
 _DEALLOCATE = re.compile(r"^DEALLOCATE\s+(PREPARE\s+)?(?P<name>\w+|\"[^\"]+\")$", re.I)
 _QUERY_START = re.compile(r"^[\s(]*(SELECT|WITH|VALUES|TABLE)\b", re.I)
@@ -208,10 +208,12 @@ class Router:
 
     @property
     def timezone(self) -> Any:
+        """The session's TimeZone as a tzinfo (timestamptz values are shown in it)."""
         return time_zone(self.settings["TimeZone"])
 
     @property
     def statement_timeout_ms(self) -> int:
+        """The client's statement_timeout in milliseconds (0: none)."""
         return int(self.settings.get("statement_timeout", "0"))
 
     # -- entry points -------------------------------------------------------------------
@@ -359,7 +361,7 @@ class Router:
         return rewrite.Context(self.user, self.database, self.settings, self.pid, version,
                                self.started)
 
-    def _catalog(self, tree: rewrite.exp.Expression) -> Outcome:
+    def _catalog(self, tree: rewrite.exp.Expr) -> Outcome:
         try:
             table = self.catalog.run(tree, self._context())
         except rewrite.CatalogQueryError as err:

@@ -82,6 +82,7 @@ class Server:
 
     # -- connections registry ---------------------------------------------------------------
     def next_pid(self) -> int:
+        """A process id for a new connection (what BackendKeyData and pg_backend_pid show)."""
         self._next_pid += 1
         return self._next_pid
 
@@ -93,9 +94,11 @@ class Server:
         return True
 
     def unregister(self, connection: Connection) -> None:
+        """Forget a closed connection."""
         self._connections.pop(connection.pid, None)
 
     def count_user(self, user: str) -> int:
+        """Connections ``user`` has open now."""
         return sum(1 for c in self._connections.values() if c.user == user)
 
     def cancel(self, pid: int, key: int) -> None:
@@ -111,9 +114,10 @@ class Server:
 
     # -- running -----------------------------------------------------------------------------
     async def start(self) -> None:
+        """Start listening (``port`` 0 picks a free port, then stored in ``self.port``)."""
         self._server = await asyncio.start_server(self._accept, self.config.host,
                                                   self.config.port, limit=1 << 16)
-        sockets = self._server.sockets or []
+        sockets = list(self._server.sockets or ())
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
 
@@ -123,7 +127,7 @@ class Server:
             self._tasks.add(task)
         try:
             await Connection(self, reader, writer).serve()
-        except Exception:  # noqa: BLE001 - one connection's bug must not stop the server
+        except Exception:
             log.exception("connection handler failed")
         finally:
             if task is not None:

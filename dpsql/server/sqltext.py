@@ -20,8 +20,10 @@ class SQLTextError(ValueError):
 
 
 def _spans(text: str) -> Iterator[tuple[str, int, int]]:
-    """Yield (kind, start, end) for every lexical piece that matters: 'quote' (strings,
-    identifiers, comments: opaque), 'semicolon' and 'param' ($n)."""
+    """Yield (kind, start, end) for every lexical piece that matters.
+
+    Kinds: 'quote' (strings, identifiers, comments: opaque), 'semicolon', 'param' ($n).
+    """
     i, n = 0, len(text)
     while i < n:
         ch = text[i]

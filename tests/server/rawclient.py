@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import secrets
@@ -113,7 +114,7 @@ class RawClient:
                 chunk = self.sock.recv(65536)
                 if not chunk:
                     return True
-        except (ConnectionError, TimeoutError, socket.timeout):
+        except (ConnectionError, TimeoutError):
             return True
 
     def login(self, user: str, password: str) -> list[Message]:
@@ -121,7 +122,8 @@ class RawClient:
         (or up to the ErrorResponse)."""
         self.send(startup_packet(user))
         message = self.read()
-        assert message.kind == b"R" and struct.unpack("!i", message.body[:4])[0] == 10
+        assert message.kind == b"R"
+        assert struct.unpack("!i", message.body[:4])[0] == 10
         nonce = base64.b64encode(secrets.token_bytes(18)).decode()
         first_bare = f"n=,r={nonce}"
         first = ("n,," + first_bare).encode()
@@ -149,7 +151,5 @@ class RawClient:
                 return messages
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self.sock.close()
-        except OSError:
-            pass

@@ -44,7 +44,8 @@ def test_mock_salt_is_stable_per_user_and_looks_real():
     a, b = auth.mock_verifier("ghost", b"s" * 32), auth.mock_verifier("ghost", b"s" * 32)
     c = auth.mock_verifier("other", b"s" * 32)
     assert a.salt == b.salt != c.salt
-    assert len(a.salt) == auth.SALT_BYTES and a.iterations == auth.DEFAULT_ITERATIONS
+    assert len(a.salt) == auth.SALT_BYTES
+    assert a.iterations == auth.DEFAULT_ITERATIONS
 
 
 @pytest.mark.parametrize("header", [b"p=tls-server-end-point,,n=,r=x", b"x,,n=,r=x", b"n,,n="])
@@ -56,10 +57,12 @@ def test_unsupported_gs2_headers_fail(header):
 def test_verifier_format_is_postgres_compatible():
     text = auth.Verifier.make("secret-pass", iterations=4096).encode()
     mechanism, params, keys = text.split("$")
-    assert mechanism == "SCRAM-SHA-256" and params.startswith("4096:")
+    assert mechanism == "SCRAM-SHA-256"
+    assert params.startswith("4096:")
     assert len(base64.b64decode(keys.split(":")[0])) == 32
     parsed = auth.Verifier.parse(text)
-    assert parsed.check("secret-pass") and not parsed.check("secret-pasS")
+    assert parsed.check("secret-pass")
+    assert not parsed.check("secret-pasS")
 
 
 def test_saslprep_maps_spaces_and_keeps_invalid_text():
@@ -91,10 +94,12 @@ def test_credentials_in_the_store(tmp_path):
             auth.set_password(store, "nobody", "long enough")
         with pytest.raises(ConfigurationError, match="at least"):
             auth.set_password(store, "alice", "short")
-        assert auth.remove_user(store, "alice") and not auth.remove_user(store, "alice")
+        assert auth.remove_user(store, "alice")
+        assert not auth.remove_user(store, "alice")
         assert auth.load_verifier(store, "alice") is None
         users = {row["user"]: row["role"] for row in auth.list_users(store)}
-        assert users["admin"] == "admin" and "alice" not in users
+        assert users["admin"] == "admin"
+        assert "alice" not in users
         stored = store.cursor().execute("SELECT verifier FROM dpsql.credentials").fetchall()
         assert all("secret" not in row[0] for row in stored)
 
@@ -110,11 +115,13 @@ def test_user_commands(tmp_path):
     added = _cli("user", "add", "erin", "--password-stdin", "--db", db, stdin="erin-pass-123\n")
     assert added.returncode == 0, added.stderr
     listed = _cli("user", "list", "--db", db, "--json")
-    assert "erin" in listed.stdout and "secret" not in listed.stdout
+    assert "erin" in listed.stdout
+    assert "secret" not in listed.stdout
     with Store.open(db) as store:
         assert auth.load_verifier(store, "erin").check("erin-pass-123")
     unknown = _cli("user", "add", "mallory", "--password-stdin", "--db", db, stdin="whatever123\n")
-    assert unknown.returncode == 8 and "no user 'mallory'" in unknown.stderr
+    assert unknown.returncode == 8
+    assert "no user 'mallory'" in unknown.stderr
     prompted = _cli("user", "add", "erin", "--db", db, stdin="first-pass1\nother-pass1\n"
                     "second-pass\nsecond-pass\n")
     assert prompted.returncode == 0, prompted.stderr
@@ -122,6 +129,7 @@ def test_user_commands(tmp_path):
     with Store.open(db) as store:
         assert auth.load_verifier(store, "erin").check("second-pass")
     removed = _cli("user", "remove", "erin", "--db", db)
-    assert removed.returncode == 0 and "removed" in removed.stdout
+    assert removed.returncode == 0
+    assert "removed" in removed.stdout
     again = _cli("user", "remove", "erin", "--db", db)
     assert again.returncode == 8

@@ -74,14 +74,16 @@ def test_pgjdbc_metadata_queries(conn, name, sql, params):
     if name.startswith("TypeInfoCache"):
         assert len(rows) == 1
     if name == "TypeInfoCache.getSQLType":
-        assert rows[0]["is_array"] is True and rows[0]["typname"] == "_int4"
+        assert rows[0]["is_array"] is True
+        assert rows[0]["typname"] == "_int4"
 
 
 @pytest.mark.parametrize(("name", "sql", "params"), DBEAVER, ids=[q[0] for q in DBEAVER])
 def test_dbeaver_navigator_queries(conn, name, sql, params):
     rows = _run(conn, sql, params)
     if name == "database":
-        assert len(rows) == 1 and rows[0]["datname"] == "adult"
+        assert len(rows) == 1
+        assert rows[0]["datname"] == "adult"
     if name == "default_objects":
         assert list(rows[0].values()) == ["adult", "public", "alice"]
     if name == "schemas":
@@ -124,7 +126,8 @@ def test_psql_describe_commands(fake_server):
     assert re.search(r"public\s+\|\s+adult\s+\|\s+table", listing)
     assert re.search(r"released\s+\|\s+adult_syn\s+\|\s+table", listing)
     described = psql(r"\d adult")
-    assert 'Table "public.adult"' in described and "fnlwgt" not in described
+    assert 'Table "public.adult"' in described
+    assert "fnlwgt" not in described
     assert all(column in described for column in VISIBLE)
     sized = psql(r"\dt+")
     assert "differential privacy" in sized

@@ -12,7 +12,8 @@ from .rawclient import bind, frame, parse, startup_packet
 
 def test_startup_packet_decodes_parameters():
     packet = m.decode_startup(startup_packet("alice", "adult", application_name="x")[4:])
-    assert packet.kind == "startup" and packet.version == m.PROTOCOL_3
+    assert packet.kind == "startup"
+    assert packet.version == m.PROTOCOL_3
     assert dict(packet.params) == {"user": "alice", "database": "adult", "application_name": "x"}
 
 
@@ -43,7 +44,8 @@ def test_parse_and_bind_round_trip():
     assert (p.name, p.query, p.param_types) == ("s1", "SELECT $1", (23,))
     b = m.decode_bind(bind((b"5", None), portal="p", statement="s1", result_format=1)[5:])
     assert (b.portal, b.statement, b.params) == ("p", "s1", (b"5", None))
-    assert b.param_format(1) == 0 and b.result_format(3) == 1
+    assert b.param_format(1) == 0
+    assert b.result_format(3) == 1
 
 
 @pytest.mark.parametrize("payload", [
@@ -79,5 +81,8 @@ def test_read_message_enforces_the_size_cap():
 def test_error_response_fields():
     data = m.error_response("53400", "no budget", hint="ask", position=7)
     fields = dict((part[:1], part[1:]) for part in data[5:].split(b"\x00") if part)
-    assert fields[b"C"] == b"53400" and fields[b"M"] == b"no budget"
-    assert fields[b"H"] == b"ask" and fields[b"P"] == b"7" and fields[b"S"] == b"ERROR"
+    assert fields[b"C"] == b"53400"
+    assert fields[b"M"] == b"no budget"
+    assert fields[b"H"] == b"ask"
+    assert fields[b"P"] == b"7"
+    assert fields[b"S"] == b"ERROR"

@@ -84,7 +84,8 @@ def router(source: CatalogSource, handler: FakeHandler) -> Iterator[Router]:
 def test_analyst_statements_go_to_the_session(router, handler, text):
     outcome = router.run(text)
     assert handler.seen == [text]
-    assert outcome.tag == "SELECT 1" and outcome.notices == [("NOTICE", "00000",
+    assert outcome.tag == "SELECT 1"
+    assert outcome.notices == [("NOTICE", "00000",
                                                                "cost epsilon=0.1")]
 
 
@@ -106,7 +107,8 @@ def test_client_parameters(router):
     assert router.run("SHOW application_name").table.to_pylist() == [
         {"application_name": "tests"}]
     outcome = router.run("SET application_name TO 'psql'")
-    assert outcome.tag == "SET" and outcome.parameter_status == {"application_name": "psql"}
+    assert outcome.tag == "SET"
+    assert outcome.parameter_status == {"application_name": "psql"}
     router.run("SET search_path = public, released")
     assert router.settings["search_path"] == "public, released"
     router.run("SET extra_float_digits = 3")
@@ -116,7 +118,8 @@ def test_client_parameters(router):
     assert router.statement_timeout_ms == 2000
     assert router.run("RESET application_name").parameter_status == {"application_name": "tests"}
     router.run("RESET ALL")
-    assert router.settings["TimeZone"] == "UTC" and router.resets == [1]
+    assert router.settings["TimeZone"] == "UTC"
+    assert router.resets == [1]
 
 
 @pytest.mark.parametrize(("text", "code"), [
@@ -136,28 +139,34 @@ def test_refusals(router, handler, text, code):
 
 
 def test_transactions_are_tracked_like_postgres(router, handler):
-    assert router.run("BEGIN").tag == "BEGIN" and router.txn == "T"
+    assert router.run("BEGIN").tag == "BEGIN"
+    assert router.txn == "T"
     assert router.run("BEGIN").notices[0][1] == "25001"
     handler.error = BudgetExceeded("no budget left")
     with pytest.raises(StatementError) as caught:
         router.run("SELECT count(*) FROM adult")
-    assert caught.value.sqlstate == "53400" and router.txn == "E"
+    assert caught.value.sqlstate == "53400"
+    assert router.txn == "E"
     with pytest.raises(StatementError) as aborted:
         router.run("SELECT 1")
     assert aborted.value.sqlstate == "25P02"
-    assert router.run("COMMIT").tag == "ROLLBACK" and router.txn == "I"
+    assert router.run("COMMIT").tag == "ROLLBACK"
+    assert router.txn == "I"
     assert router.run("COMMIT").notices[0][1] == "25P01"
     router.run("START TRANSACTION READ ONLY")
     router.run("SAVEPOINT a")
     router.run("ROLLBACK TO SAVEPOINT a")
-    assert router.run("END").tag == "COMMIT" and router.txn == "I"
+    assert router.run("END").tag == "COMMIT"
+    assert router.txn == "I"
 
 
 def test_discard_all_resets_the_session(router):
     router.run("SET application_name = 'x'")
     outcome = router.run("DISCARD ALL")
-    assert outcome.discard and outcome.deallocate == "ALL"
-    assert router.settings["application_name"] == "tests" and router.resets == [1]
+    assert outcome.discard
+    assert outcome.deallocate == "ALL"
+    assert router.settings["application_name"] == "tests"
+    assert router.resets == [1]
     router.run("BEGIN")
     with pytest.raises(StatementError):
         router.run("DISCARD ALL")
@@ -168,7 +177,8 @@ def test_errors_carry_sqlstate_and_position(router, handler):
                                   line=2, column=5, advice="remove OVER")
     with pytest.raises(StatementError) as caught:
         router.run("SELECT\n    rank() OVER () FROM adult")
-    assert caught.value.sqlstate == "42000" and caught.value.position == 12
+    assert caught.value.sqlstate == "42000"
+    assert caught.value.position == 12
 
 
 def test_internal_errors_never_show_their_message(router, handler):
@@ -176,4 +186,5 @@ def test_internal_errors_never_show_their_message(router, handler):
     with pytest.raises(StatementError) as caught:
         router.run("SELECT count(*) FROM adult")
     assert caught.value.sqlstate == "XX000"
-    assert "4242" not in caught.value.message and "reference" in caught.value.message
+    assert "4242" not in caught.value.message
+    assert "reference" in caught.value.message

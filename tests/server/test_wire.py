@@ -41,7 +41,8 @@ def test_extended_protocol_binds_parameters_as_literals(conn):
 def test_simple_protocol(conn):
     conn.pgconn.exec_(b"SET application_name = 'simple'")
     result = conn.pgconn.exec_(b"SELECT echo 1 FROM adult; SELECT rows 3 FROM adult")
-    assert result.ntuples == 3 and result.get_value(2, 0) == b"2"
+    assert result.ntuples == 3
+    assert result.get_value(2, 0) == b"2"
     with psycopg.ClientCursor(conn) as cur:
         cur.execute("SELECT echo %s FROM adult", ["client-side"])
         assert cur.fetchone() == ("SELECT echo 'client-side' FROM adult",)
@@ -51,15 +52,21 @@ def test_result_types_reach_python_as_their_types(conn):
     rows = conn.execute("SELECT types FROM adult").fetchall()
     first = dict(zip([d.name for d in conn.cursor().execute("SELECT types FROM adult").description],
                      rows[0], strict=True))
-    assert first["i16"] == 1 and first["i64"] == 2**40 and first["f64"] == 0.1
-    assert first["f32"] == pytest.approx(0.1) and first["dec"] == Decimal("12.340")
-    assert first["txt"] == "héllo 'q'" and first["flag"] is True
+    assert first["i16"] == 1
+    assert first["i64"] == 2**40
+    assert first["f64"] == 0.1
+    assert first["f32"] == pytest.approx(0.1)
+    assert first["dec"] == Decimal("12.340")
+    assert first["txt"] == "héllo 'q'"
+    assert first["flag"] is True
     assert first["day"] == dt.date(2024, 2, 29)
     assert first["ts"] == dt.datetime(2024, 1, 2, 3, 4, 5, 6)
     assert first["tstz"] == dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
-    assert first["raw"] == b"\x00\xff" and first["ints"] == [1, 2, None]
+    assert first["raw"] == b"\x00\xff"
+    assert first["ints"] == [1, 2, None]
     assert first["words"] == ["a b", 'q"']
-    assert rows[1][0] is None and rows[1][12] == []
+    assert rows[1][0] is None
+    assert rows[1][12] == []
 
 
 def test_binary_results(conn):
@@ -91,7 +98,8 @@ def test_internal_errors_hide_their_cause(conn, fake_server):
     with pytest.raises(psycopg.errors.InternalError_) as caught:
         conn.execute("SELECT internal boom FROM adult")
     message = caught.value.diag.message_primary or ""
-    assert "4242" not in message and "reference" in message
+    assert "4242" not in message
+    assert "reference" in message
     reference = message.split("reference ")[1].split(")")[0]
     time.sleep(0.2)
     assert any(reference in line for line in fake_server.lines)
@@ -183,7 +191,8 @@ def test_describe_statement_and_errors_skip_to_sync(fake_server):
     client.send(raw.parse("SELECT count(*) FROM adult WHERE age > $1") + raw.describe("S")
                 + raw.SYNC)
     messages = client.read_until()
-    assert messages[-2].kind == b"E" and messages[-2].fields()["C"] == "0A000"
+    assert messages[-2].kind == b"E"
+    assert messages[-2].fields()["C"] == "0A000"
     client.close()
 
 
@@ -191,7 +200,8 @@ def test_oversized_message_closes_only_that_connection(fake_server):
     client = _login(fake_server)
     client.send(raw.query("SELECT '" + "x" * (2 << 20) + "'"))
     message = client.read()
-    assert message.kind == b"E" and message.fields()["C"] == "54000"
+    assert message.kind == b"E"
+    assert message.fields()["C"] == "54000"
     assert client.closed()
     client.close()
     assert fake_server.alive()
