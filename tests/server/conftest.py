@@ -25,7 +25,7 @@ from ..conftest import ADULT_SAMPLE
 
 HERE = Path(__file__).resolve().parent
 PASSWORDS = {"admin": "admin-secret-1", "alice": "alice-secret-1", "carol": "carol-secret-1",
-             "dave": "dave-secret-1"}
+             "dave": "dave-secret-1", "erin": "erin-secret-1", "frank": "frank-secret-1"}
 
 SERVER_POLICY = """version: 1
 accounting: pure
@@ -48,6 +48,7 @@ users:
   carol: {role: analyst, budgets: {adult: {epsilon: 1}}, max_connections: 60}
   dave: {role: analyst, budgets: {adult: {epsilon: 1}}, max_connections: 2}
   erin: {role: analyst, budgets: {adult: {epsilon: 1}}}
+  frank: {role: analyst, budgets: {adult: {epsilon: 1}}}
 """
 
 

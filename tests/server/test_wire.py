@@ -238,11 +238,14 @@ def test_per_user_connection_limit(fake_server):
 
 
 def test_repeated_failures_lock_the_user_out(fake_server):
+    psycopg.connect(fake_server.dsn("frank")).close()  # the right password works...
     for _ in range(5):
         with pytest.raises(psycopg.OperationalError):
-            psycopg.connect(fake_server.dsn("erin", "not-her-password"))
+            psycopg.connect(fake_server.dsn("frank", "not-his-password"))
+    # ... until five failures in a minute: then it is refused like a wrong one.
     with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
-        psycopg.connect(fake_server.dsn("erin", "erin-right-password"))
+        psycopg.connect(fake_server.dsn("frank"))
+    psycopg.connect(fake_server.dsn("alice")).close()  # other users are not affected
 
 
 def test_cancel_requests_need_the_secret_key(fake_server):
