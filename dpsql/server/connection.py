@@ -175,7 +175,7 @@ class Connection:
                 if context is not None and not tls:
                     self.writer.write(b"S")
                     await self.writer.drain()
-                    await self.writer.start_tls(context)  # Python 3.11+
+                    await self.writer.start_tls(context)  # type: ignore[attr-defined]  # 3.11+
                     tls = True
                 else:
                     self.writer.write(b"N")

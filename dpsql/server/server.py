@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import signal
 import ssl
@@ -133,18 +134,24 @@ class Server:
             if task is not None:
                 self._tasks.discard(task)
 
-    async def stop(self) -> None:
-        """Stop listening, tell connected clients, wait for them, release the store."""
+    async def stop(self, grace: float = 10.0) -> bool:
+        """Stop listening, tell connected clients, wait for them, release the store.
+
+        Returns False when statements were still running after ``grace`` seconds; the
+        store is then left open (a worker still uses it) and the caller should exit.
+        """
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
         for connection in list(self._connections.values()):
             await connection.terminate("terminating connection due to administrator command")
         if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=10)
-        self.executor.shutdown(wait=True, cancel_futures=True)
-        self.catalog.close()
-        self.store.close()
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        clean = not self._tasks
+        self.executor.shutdown(wait=clean, cancel_futures=True)
+        if clean:
+            self.catalog.close()
+            self.store.close()
+        return clean
 
 
 def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
@@ -181,6 +188,13 @@ def run(config: ServerConfig, *, ready: Callable[[Server], Any] | None = None,
             await stop.wait()
         finally:
             log.info("shutting down")
-            await server.stop()
+            clean.append(await server.stop())
 
+    clean: list[bool] = []
     asyncio.run(main())
+    if clean and not clean[0]:
+        # A statement is stuck in a worker thread; its charge (if any) is committed. Exit
+        # without waiting for it: the store's write-ahead log keeps the file consistent.
+        log.error("statements were still running 10 s after shutdown began; exiting anyway")
+        logging.shutdown()
+        os._exit(1)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import random
 import shutil
+import signal
 import socket
 import struct
 import subprocess
 
 import psycopg
 import pytest
+
+from dpsql.store import Store
 
 from . import rawclient as raw
 from .conftest import PASSWORDS, fake_args, make_store, start_server
@@ -102,3 +105,18 @@ def test_without_tls_ssl_requests_are_declined(fake_server):
         assert sock.recv(1) == b"N"
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(fake_server.dsn("alice", sslmode="require"))
+
+
+def test_sigterm_shuts_down_cleanly(tmp_path):
+    store = make_store(tmp_path / "stop.duckdb")
+    with start_server(fake_args(store)) as server:
+        conn = psycopg.connect(server.dsn("alice"), autocommit=True)
+        conn.execute("SELECT 1")
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=20) == 0
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("SELECT 1")
+        conn.close()
+    # The store is released: it opens for writing again.
+    with Store.open(store) as reopened:
+        assert reopened.tables() == ["adult"]
