@@ -15,7 +15,7 @@ from dpsql.store import Store
 
 @cli.group()
 def user() -> None:
-    """Passwords for SQL clients of ``dpsql serve``.
+    """Passwords for SQL clients of dpsql serve.
 
     A user must be declared in the store's active policy; the store keeps only a
     SCRAM-SHA-256 verifier, never the password. These commands write to the store,
