@@ -24,6 +24,8 @@ from dpsql.server.pgcatalog import Client, Relation
 from dpsql.store import HARDENED_CONFIG, Store
 
 REFRESH_SECONDS = 1.0
+CATALOG_LIMITS: dict[str, str | int] = {"memory_limit": "256MB", "threads": 1,
+                                        "max_temp_directory_size": "0B"}
 
 
 def relations(store: Store) -> tuple[Relation, ...]:
@@ -93,7 +95,9 @@ class CatalogSource:
             if built is not None and built.signature == signature:
                 return built
             shown = relations(self.store)
-            database = duckdb.connect(":memory:", config=dict(HARDENED_CONFIG))
+            # The catalog is tiny: a client query that tries to use the whole machine
+            # (a huge generate_series, say) hits these limits or the statement timeout.
+            database = duckdb.connect(":memory:", config={**HARDENED_CONFIG, **CATALOG_LIMITS})
             pgcatalog.build_shared(database, shown)
             self._built = _Built(signature, database,
                                  frozenset(r.name.lower() for r in shown))
@@ -120,6 +124,8 @@ class ConnectionCatalog:
     _cursor: duckdb.DuckDBPyConnection | None = None
     _built: _Built | None = None
     _settings: dict[str, str] = field(default_factory=dict)
+    _running: threading.Event = field(default_factory=threading.Event)
+    _interrupted: threading.Event = field(default_factory=threading.Event)
 
     def _ready(self, settings: Mapping[str, str]) -> duckdb.DuckDBPyConnection:
         built = self.source.current()
@@ -139,21 +145,52 @@ class ConnectionCatalog:
         """Answer a catalog query (raises CatalogQueryError for what the catalog lacks)."""
         sql = rewrite.rewrite(tree, ctx)
         cursor = self._ready(ctx.settings)
+        if self._interrupted.is_set():
+            raise _interrupted()
+        self._running.set()
         try:
             return cursor.sql(sql).to_arrow_table()
         except duckdb.Error as err:
             raise _catalog_error(err) from err
+        finally:
+            self._running.clear()
+
+    def arm(self) -> None:
+        """A new statement begins: forget interrupts meant for the previous one."""
+        self._interrupted.clear()
 
     def interrupt(self) -> None:
-        """Stop the running catalog query (statement timeout, cancel request)."""
-        if self._cursor is not None:
-            self._cursor.interrupt()
+        """Stop the catalog query of the current statement (timeout, cancel request).
+
+        The statement may not have reached DuckDB yet, and DuckDB drops an interrupt
+        that arrives just before a query starts: so the flag stops a query that has not
+        started, and the interrupt is repeated until a running one has ended.
+        """
+        self._interrupted.set()
+
+        def repeat() -> None:
+            seen = False
+            for _ in range(250):
+                cursor = self._cursor
+                if self._running.is_set() and cursor is not None:
+                    seen = True
+                    cursor.interrupt()
+                elif seen:
+                    return
+                time.sleep(0.02)
+
+        threading.Thread(target=repeat, daemon=True, name="dpsql-interrupt").start()
 
     def close(self) -> None:
         """Close this connection's cursor."""
         if self._cursor is not None:
             self._cursor.close()
             self._cursor = None
+
+
+def _interrupted() -> rewrite.CatalogQueryError:
+    return rewrite.CatalogQueryError("57014", "canceling statement due to statement timeout "
+                                     "or user request")
 
 
 def _catalog_error(err: duckdb.Error) -> rewrite.CatalogQueryError:
@@ -166,8 +203,7 @@ def _catalog_error(err: duckdb.Error) -> rewrite.CatalogQueryError:
                    "Conversion Error: ", "Invalid Input Error: "):
         first = first.replace(prefix, "")
     if isinstance(err, duckdb.InterruptException):
-        return rewrite.CatalogQueryError("57014", "canceling statement due to statement timeout "
-                                         "or user request")
+        return _interrupted()
     codes = [(duckdb.ParserException, "42601"), (duckdb.CatalogException, "42P01"),
              (duckdb.BinderException, "42703"), (duckdb.ConversionException, "22P02"),
              (duckdb.InvalidInputException, "22023")]

@@ -304,6 +304,8 @@ class Connection:
             await asyncio.wait({self._pending})  # a timed-out statement still holds the session
         loop = asyncio.get_running_loop()
         self._cancel.clear()
+        if self.catalog is not None:
+            self.catalog.arm()
         future = loop.run_in_executor(self.server.executor, fn, *args)
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._pending = future

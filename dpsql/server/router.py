@@ -233,6 +233,9 @@ class Router:
         except StatementError:
             self.failed()
             raise
+        except Exception as err:
+            self.failed()
+            raise _internal(err, self.user) from err
 
     def failed(self) -> None:
         """Record that a statement failed (inside a block, the block is now aborted)."""
@@ -382,17 +385,17 @@ class Router:
             answer = self.handler(text)
         except DPSQLError as err:
             raise _dpsql_error(err, text) from err
-        except StatementError:
-            raise
-        except Exception as err:
-            incident = secrets.token_hex(4)
-            log.exception("internal error %s answering a statement for %s", incident, self.user)
-            raise StatementError("XX000", f"internal error (reference {incident}); this is a "
-                                 "bug in dpsql, the administrator can find it in the server "
-                                 "log") from err
         table = answer.table if answer.table is not None and answer.table.num_columns else None
         notices = [("NOTICE", "00000", answer.notice)] if answer.notice else []
         return Outcome(table, answer.status, notices)
+
+
+def _internal(err: Exception, user: str) -> StatementError:
+    """A bug, as the client sees it: a reference to the server log and nothing else."""
+    incident = secrets.token_hex(4)
+    log.error("internal error %s answering a statement for %s", incident, user, exc_info=err)
+    return StatementError("XX000", f"internal error (reference {incident}); this is a bug in "
+                          "dpsql, the administrator can find it in the server log")
 
 
 def _dpsql_error(err: DPSQLError, text: str) -> StatementError:
