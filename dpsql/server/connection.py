@@ -142,7 +142,11 @@ class Connection:
         if self.session is not None:
             session = self.session
             self.session = None
-            await asyncio.get_running_loop().run_in_executor(self.server.executor, session.close)
+            try:
+                await asyncio.get_running_loop().run_in_executor(self.server.executor,
+                                                                 session.close)
+            except RuntimeError:  # the pool is gone (a forced shutdown): close here
+                session.close()
         try:
             self.writer.close()
             await asyncio.wait_for(self.writer.wait_closed(), 2)

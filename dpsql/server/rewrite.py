@@ -19,7 +19,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from dpsql.server.pgcatalog import CLIENT_TABLES, INFORMATION_SCHEMA, SEARCH_PATH, TABLES, VIEWS
+from dpsql.server.pgschema import CLIENT_TABLES, INFORMATION_SCHEMA, SEARCH_PATH, TABLES, VIEWS
 
 PG_RELATIONS = frozenset(TABLES) | frozenset(VIEWS)
 INFO_RELATIONS = frozenset(INFORMATION_SCHEMA)
