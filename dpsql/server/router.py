@@ -50,12 +50,14 @@ DEFAULTS: dict[str, str] = {
     "lc_monetary": "C", "lc_numeric": "C", "lc_time": "C", "in_hot_standby": "off",
     "jit": "off", "row_security": "on", "xmloption": "content", "geqo": "on",
     "synchronous_commit": "on", "work_mem": "4MB", "timezone_abbreviations": "Default",
-    "session_authorization": "", "max_connections": "100",
+    "session_authorization": "", "max_connections": "100", "max_index_keys": "32",
+    "max_function_args": "100", "block_size": "8192", "data_checksums": "off",
 }
 READ_ONLY = {"server_version", "server_version_num", "server_encoding", "is_superuser",
              "max_identifier_length", "lc_collate", "lc_ctype", "integer_datetimes",
              "in_hot_standby", "session_authorization", "max_connections",
-             "standard_conforming_strings"}
+             "standard_conforming_strings", "max_index_keys", "max_function_args",
+             "block_size", "data_checksums"}
 # Sent to the client as ParameterStatus at startup and whenever they change.
 REPORTED = ("application_name", "client_encoding", "DateStyle", "IntervalStyle", "TimeZone",
             "integer_datetimes", "standard_conforming_strings", "is_superuser",

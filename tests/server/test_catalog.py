@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -136,3 +137,35 @@ def test_psql_describe_commands(fake_server):
     for command in (r"\dn+", r"\l", r"\du", r"\df", r"\dT", r"\dx", r"\di", r"\dp", r"\db",
                     r"\d+ adult", r"\d released.adult_syn", r"\dS pg_class", r"\dconfig"):
         psql(command)
+
+
+JAR = Path("/usr/share/java/postgresql.jar")
+
+
+@pytest.mark.skipif(shutil.which("javac") is None or not JAR.exists(),
+                    reason="needs a JDK and pgjdbc (Debian: libpostgresql-jdbc-java), which "
+                           ".ci/run installs")
+def test_pgjdbc_driver(fake_server, tmp_path):
+    """The real JDBC driver DBeaver uses: metadata calls, prepared statements, errors."""
+    source = Path(__file__).with_name("JdbcCheck.java")
+    shutil.copy(source, tmp_path / source.name)
+    subprocess.run(["javac", "-cp", str(JAR), source.name], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=300)
+    done = subprocess.run(["java", "-cp", f"{JAR}:.", "JdbcCheck", str(fake_server.port),
+                           "alice", PASSWORDS["alice"]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    assert seen["product"] == "PostgreSQL 15.0"
+    assert seen["tables"] == "[adult, adult_syn]"
+    assert seen["columns"] == "[" + ", ".join(VISIBLE) + "]"
+    assert seen["released_columns"] == "[age, sex, race]"
+    assert seen["schemas"] == "[information_schema, pg_catalog, public, released]"
+    assert seen["dbeaver_tables"] == "[adult]"
+    assert seen["catalogs"] == "[adult]"
+    assert int(seen["type_info"]) > 40
+    # pgjdbc binds parameters server-side, then (after 5 runs) prepares a named statement.
+    assert seen["echo_first"] == "SELECT echo 0, 'it''s' FROM adult"
+    assert seen["echo_last"] == "SELECT echo 6, 'it''s' FROM adult"
+    assert seen["plain_sum"] == "7"
+    assert seen["budget_state"] == "53400"
