@@ -19,7 +19,11 @@ from dpsql.errors import DPSQLError
 def _load_commands() -> None:
     import dpsql.cli.serve  # dpsql serve (its own line keeps merges easy)
     import dpsql.cli.user  # noqa: F401  (dpsql user)
-    from dpsql.cli import admin, demo  # noqa: F401  (registers commands)
+    from dpsql.cli import (  # noqa: F401  (registers commands)
+        admin,
+        demo,
+        release,
+    )
 
 
 def main() -> None:

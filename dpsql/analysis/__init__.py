@@ -1,0 +1,1 @@
+"""What analysts and admins run on released data: fidelity reports, combining rules."""
