@@ -46,9 +46,14 @@ def relations(store: Store) -> tuple[Relation, ...]:
     for table in _released_tables(store):
         columns = tuple(store.table_columns(table, schema="released").items())
         origin = provenance.get(table)
-        comment = (f"synthetic release of dataset {origin[0]} by {origin[1]} "
-                   f"({origin[2]}), released {origin[3]:%Y-%m-%d %H:%M}" if origin
-                   else "released synthetic table")
+        parent = next((name for name in provenance if table.startswith(name + "_")), None)
+        if origin:
+            comment = (f"synthetic release of dataset {origin[0]} by {origin[1]} "
+                       f"({origin[2]}), released {origin[3]:%Y-%m-%d %H:%M}")
+        elif parent:
+            comment = f"a DP product of release {parent} (see dpsql releases {parent})"
+        else:
+            comment = "released synthetic table"
         out.append(Relation("released", table, columns, comment))
     return tuple(out)
 

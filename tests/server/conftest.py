@@ -19,7 +19,6 @@ import pytest
 
 import dpsql
 from dpsql.server import auth
-from dpsql.store import Store
 
 from ..conftest import ADULT_SAMPLE
 
@@ -35,6 +34,7 @@ datasets:
     budget: {epsilon: 100}
     query_cap: {epsilon: 1}
     default_query: {epsilon: 0.1}
+    synthesizers: [independent]
     columns:
       age: {type: integer, bounds: [0, 84], bins: 10}
       sex: {type: categorical, values: [0, 1]}
@@ -53,27 +53,19 @@ users:
 
 
 def make_store(path: Path) -> Path:
-    """A store over the Adult sample, the server policy, passwords, and one released table."""
+    """A store over the Adult sample, the server policy, passwords, and one release."""
     policy = path.parent / "server_policy.yaml"
     policy.write_text(SERVER_POLICY)
     store, _ = dpsql.init(path, policy, {"adult": ADULT_SAMPLE})
     try:
         for user, password in PASSWORDS.items():
             auth.set_password(store, user, password)
-        _release_fixture_table(store)
     finally:
         store.close()
+    with dpsql.connect(path, "admin") as admin:
+        admin.release("adult", synthesizer="independent", name="adult_syn", epsilon=1,
+                      rows=200, columns=["age", "sex", "race"], seed=7)
     return path
-
-
-def _release_fixture_table(store: Store) -> None:
-    """A released synthetic table as an administrator's release would leave it (made here
-    from public values only, so the tests do not depend on a synthesizer)."""
-    with store.transaction() as cur:
-        cur.execute("CREATE TABLE released.adult_syn AS SELECT (i % 80)::BIGINT AS age, "
-                    "(i % 2)::BIGINT AS sex, (i % 5)::BIGINT AS race FROM range(200) t(i)")
-        cur.execute("INSERT INTO dpsql.releases VALUES ('r-test', 'adult_syn', 'adult', "
-                    "'independent', 'dp', 'admin', now(), NULL, '{}')")
 
 
 @pytest.fixture(scope="module")
