@@ -380,8 +380,7 @@ class Connection:
             self.writer.write(m.empty_query_response())
         for statement in statements or []:
             try:
-                outcome = await self._statement(self.router.run, statement)
-                rows = await self._encode(outcome, _text_formats)
+                outcome, rows = await self._statement(self._answer, statement, _text_formats)
             except StatementError as err:
                 self._error(err)
                 break
@@ -396,13 +395,20 @@ class Connection:
         self.writer.write(m.ready_for_query(self.router.txn))
         await self.writer.drain()
 
-    async def _encode(self, outcome: Outcome, formats: Callable[[int], int]) -> list[bytes]:
+    def _answer(self, text: str, formats: Callable[[int], int]) -> tuple[Outcome, list[bytes]]:
+        """Run one statement and encode its rows, in one trip to a worker thread."""
+        assert self.router is not None
+        outcome = self.router.run(text)
+        return outcome, self._encoded(outcome, formats)
+
+    def _encoded(self, outcome: Outcome, formats: Callable[[int], int]) -> list[bytes]:
+        assert self.router is not None
         if outcome.table is None:
             return []
-        assert self.router is not None
         try:
-            return await self._run(encode_rows, outcome.table, formats, self.router.timezone)
+            return encode_rows(outcome.table, formats, self.router.timezone)
         except UnsupportedFormat as err:
+            self.router.failed()
             raise StatementError("0A000", str(err)) from err
 
     async def _write_rows(self, rows: Sequence[bytes]) -> None:
@@ -494,9 +500,10 @@ class Connection:
         if portal is None:
             raise StatementError("34000", f'portal "{name}" does not exist')
         if portal.outcome is None:
-            portal.outcome = await self._statement(self.router.run, portal.text)
-        if portal.rows is None:
-            portal.rows = await self._encode(portal.outcome, portal.result_formats)
+            portal.outcome, portal.rows = await self._statement(self._answer, portal.text,
+                                                                portal.result_formats)
+        if portal.rows is None:  # an answer computed when its statement was described
+            portal.rows = await self._run(self._encoded, portal.outcome, portal.result_formats)
         return portal
 
     async def _execute(self, payload: bytes) -> None:
