@@ -182,11 +182,19 @@ class Ledger:
             self._audit(cur, audit_id, user, dataset, action, statement, cost, outcome, reason)
         return audit_id
 
-    def finish(self, audit_id: int, outcome: str, reason: str | None = None) -> None:
-        """Set the outcome of a charged request once it is answered or has failed."""
+    def finish(self, audit_id: int, outcome: str, reason: str | None = None,
+               cursor: duckdb.DuckDBPyConnection | None = None) -> None:
+        """Set the outcome of a charged request once it is answered or has failed.
+
+        With ``cursor`` (inside the caller's open transaction) the update commits with the
+        caller's other writes, e.g. the stored answer of a DP query.
+        """
+        sql = "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) WHERE id = ?"
+        if cursor is not None:
+            cursor.execute(sql, [outcome, reason, audit_id])
+            return
         with self.store.transaction() as cur:
-            cur.execute("UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
-                        "WHERE id = ?", [outcome, reason, audit_id])
+            cur.execute(sql, [outcome, reason, audit_id])
 
     def _audit(self, cur: duckdb.DuckDBPyConnection, audit_id: int, user: str,
                dataset: str | None, action: str, statement: str, cost: PrivacyCost | None,

@@ -30,7 +30,7 @@ import pyarrow as pa
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.policy import Policy
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -77,6 +77,14 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         """CREATE TABLE dpsql.release_states (
             release_id VARCHAR PRIMARY KEY, synthesizer VARCHAR NOT NULL,
             state VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL)""",
+    ]),
+    # 3: DP query answers, kept so a repeated query (or a restart) never re-draws noise.
+    (3, [
+        """CREATE TABLE dpsql.query_cache (
+            key VARCHAR PRIMARY KEY, user_name VARCHAR NOT NULL, dataset VARCHAR NOT NULL,
+            fingerprint VARCHAR NOT NULL, audit_id BIGINT NOT NULL,
+            created_at TIMESTAMP NOT NULL, plan VARCHAR NOT NULL, noise VARCHAR NOT NULL,
+            measures BLOB NOT NULL)""",
     ]),
 ]
 

@@ -22,6 +22,7 @@ def _load_commands() -> None:
     from dpsql.cli import (  # noqa: F401  (registers commands)
         admin,
         demo,
+        query,
         release,
     )
 
