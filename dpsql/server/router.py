@@ -82,9 +82,17 @@ class StatementError(Exception):
 class AnswerLike(Protocol):
     """What the server reads of ``dpsql.query.answer.Answer``."""
 
-    table: pa.Table
-    status: str
-    notice: str | None
+    @property
+    def table(self) -> pa.Table:
+        """The rows (no columns: a statement without a result, such as SET)."""
+
+    @property
+    def status(self) -> str:
+        """The command tag (``SELECT 3``, ``SET``)."""
+
+    @property
+    def notice(self) -> str | None:
+        """A line for the analyst after the answer (its cost, the budget left)."""
 
 
 StatementHandler = Callable[[str], AnswerLike]
