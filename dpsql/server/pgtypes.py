@@ -35,7 +35,6 @@ class PgType:
     array_oid: int = 0
     elem_oid: int = 0
     input: str = ""
-    binary: bool = False  # dpsql can write it in binary format
 
     @property
     def is_array(self) -> bool:
@@ -43,57 +42,57 @@ class PgType:
         return self.elem_oid != 0
 
 
-_BASE: list[tuple[int, str, int, str, int, bool]] = [
-    # oid, name, typlen, category, array oid, binary output supported
-    (16, "bool", 1, "B", 1000, True),
-    (17, "bytea", -1, "U", 1001, True),
-    (18, "char", 1, "Z", 1002, False),
-    (19, "name", 64, "S", 1003, True),
-    (20, "int8", 8, "N", 1016, True),
-    (21, "int2", 2, "N", 1005, True),
-    (22, "int2vector", -1, "A", 1006, False),
-    (23, "int4", 4, "N", 1007, True),
-    (24, "regproc", 4, "N", 1008, False),
-    (25, "text", -1, "S", 1009, True),
-    (26, "oid", 4, "N", 1028, True),
-    (27, "tid", 6, "U", 1010, False),
-    (28, "xid", 4, "U", 1011, False),
-    (29, "cid", 4, "U", 1012, False),
-    (30, "oidvector", -1, "A", 1013, False),
-    (114, "json", -1, "U", 199, False),
-    (142, "xml", -1, "U", 143, False),
-    (700, "float4", 4, "N", 1021, True),
-    (701, "float8", 8, "N", 1022, True),
-    (705, "unknown", -2, "X", 0, False),
-    (790, "money", 8, "N", 791, False),
-    (1033, "aclitem", 12, "U", 1034, False),
-    (1042, "bpchar", -1, "S", 1014, True),
-    (1043, "varchar", -1, "S", 1015, True),
-    (1082, "date", 4, "D", 1182, True),
-    (1083, "time", 8, "D", 1183, True),
-    (1114, "timestamp", 8, "D", 1115, True),
-    (1184, "timestamptz", 8, "D", 1185, True),
-    (1186, "interval", 16, "T", 1187, True),
-    (1266, "timetz", 12, "D", 1270, False),
-    (1560, "bit", -1, "V", 1561, False),
-    (1562, "varbit", -1, "V", 1563, False),
-    (1700, "numeric", -1, "N", 1231, True),
-    (2202, "regprocedure", 4, "N", 2207, False),
-    (2205, "regclass", 4, "N", 2210, False),
-    (2206, "regtype", 4, "N", 2211, False),
-    (2249, "record", -1, "P", 2287, False),
-    (2278, "void", 4, "P", 0, False),
-    (2950, "uuid", 16, "U", 2951, True),
-    (3802, "jsonb", -1, "U", 3807, False),
-    (4089, "regnamespace", 4, "N", 4090, False),
-    (4096, "regrole", 4, "N", 4097, False),
+_BASE: list[tuple[int, str, int, str, int]] = [
+    # oid, name, typlen, category, array oid
+    (16, "bool", 1, "B", 1000),
+    (17, "bytea", -1, "U", 1001),
+    (18, "char", 1, "Z", 1002),
+    (19, "name", 64, "S", 1003),
+    (20, "int8", 8, "N", 1016),
+    (21, "int2", 2, "N", 1005),
+    (22, "int2vector", -1, "A", 1006),
+    (23, "int4", 4, "N", 1007),
+    (24, "regproc", 4, "N", 1008),
+    (25, "text", -1, "S", 1009),
+    (26, "oid", 4, "N", 1028),
+    (27, "tid", 6, "U", 1010),
+    (28, "xid", 4, "U", 1011),
+    (29, "cid", 4, "U", 1012),
+    (30, "oidvector", -1, "A", 1013),
+    (114, "json", -1, "U", 199),
+    (142, "xml", -1, "U", 143),
+    (700, "float4", 4, "N", 1021),
+    (701, "float8", 8, "N", 1022),
+    (705, "unknown", -2, "X", 0),
+    (790, "money", 8, "N", 791),
+    (1033, "aclitem", 12, "U", 1034),
+    (1042, "bpchar", -1, "S", 1014),
+    (1043, "varchar", -1, "S", 1015),
+    (1082, "date", 4, "D", 1182),
+    (1083, "time", 8, "D", 1183),
+    (1114, "timestamp", 8, "D", 1115),
+    (1184, "timestamptz", 8, "D", 1185),
+    (1186, "interval", 16, "T", 1187),
+    (1266, "timetz", 12, "D", 1270),
+    (1560, "bit", -1, "V", 1561),
+    (1562, "varbit", -1, "V", 1563),
+    (1700, "numeric", -1, "N", 1231),
+    (2202, "regprocedure", 4, "N", 2207),
+    (2205, "regclass", 4, "N", 2210),
+    (2206, "regtype", 4, "N", 2211),
+    (2249, "record", -1, "P", 2287),
+    (2278, "void", 4, "P", 0),
+    (2950, "uuid", 16, "U", 2951),
+    (3802, "jsonb", -1, "U", 3807),
+    (4089, "regnamespace", 4, "N", 4090),
+    (4096, "regrole", 4, "N", 4097),
 ]
 
 
 def _all_types() -> dict[int, PgType]:
     types: dict[int, PgType] = {}
-    for oid, name, size, category, array_oid, binary in _BASE:
-        types[oid] = PgType(oid, name, size, category, array_oid, 0, f"{name}in", binary)
+    for oid, name, size, category, array_oid in _BASE:
+        types[oid] = PgType(oid, name, size, category, array_oid, 0, f"{name}in")
         if array_oid:
             types[array_oid] = PgType(array_oid, f"_{name}", -1, "A", 0, oid, "array_in")
     return types
