@@ -151,6 +151,8 @@ class Store:
         self._con = connection
         self._users = 1
         self.lock = threading.RLock()  # serializes writes that must read-check-write
+        self.pending: list[Any] = []  # ledger charges waiting for the next group commit
+        self.pending_lock = threading.Lock()
         self._policy_cache: tuple[int, Policy] | None = None
 
     # -- opening ----------------------------------------------------------------

@@ -86,7 +86,7 @@ def query_cmd(sql: str, db: str, user: str, as_json: bool) -> None:
 @db_option
 @user_option
 def shell_cmd(db: str, user: str) -> None:
-    r"""An interactive SQL shell (history, \\budget, \\explain, \\help, \\q).
+    r"""An interactive SQL shell (history, \budget, \explain, \help, \q).
 
     Options set with SET dpsql.<option> last for the session.
     """
