@@ -213,6 +213,7 @@ class Ledger:
 
     def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
         """Audit rows, newest last, optionally for one user and the last ``last`` only."""
+        self.store.flush()  # outcomes of answered requests are written off the answer path
         sql = ("SELECT id, ts, user_name, dataset, action, statement, kind, units, infinite, "
                "outcome, reason, fingerprint FROM dpsql.audit")
         params: list[Any] = []

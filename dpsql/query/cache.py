@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +45,11 @@ def cache_key(user: str, fingerprint: str, plan: QueryPlan, cost: PrivacyCost) -
 
 
 def lookup(store: Store, key: str) -> CachedAnswer | None:
-    """The stored answer under ``key``, if any."""
+    """The stored answer under ``key``, if any (including one still being written)."""
+    with _pending_lock:
+        waiting = _pending.get(store, {}).get(key)
+    if waiting is not None:
+        return waiting
     row = store.cursor().execute(
         "SELECT audit_id, noise, measures FROM dpsql.query_cache WHERE key = ?", [key]
     ).fetchone()
@@ -60,30 +65,46 @@ def lookup(store: Store, key: str) -> CachedAnswer | None:
 def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, audit_id: int,
          noises: tuple[Noise, ...], measures: list[np.ndarray],
          also: Callable[[duckdb.DuckDBPyConnection], None] | None = None) -> list[np.ndarray]:
-    """Store an answer (and run ``also`` in the same transaction); returns the stored vectors.
+    """Keep an answer (and run ``also`` in the same transaction); returns the kept vectors.
 
-    A concurrent twin that got there first is kept: its numbers are returned instead.
+    The answer is visible to :func:`lookup` at once and written to the store by
+    the store's writer thread, so the analyst does not wait for a second
+    durable commit. If the process dies first, a repeat is simply charged
+    again: losing a stored answer costs budget, never privacy. A concurrent
+    twin that got there first is kept: its numbers are returned instead.
     """
+    answer = CachedAnswer(audit_id, noises, measures)
+    with _pending_lock:
+        waiting = _pending.setdefault(store, {})
+        twin = waiting.get(key)
+        if twin is None:
+            waiting[key] = answer
+    if twin is not None:
+        return twin.measures
     table = pa.table({f"m{j}": pa.array(m, type=pa.int64()) for j, m in enumerate(measures)})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    blob = sink.getvalue().to_pybytes()
-    with store.lock, store.transaction() as cur:  # serialized like the ledger's writes
-        inserted = cur.execute(
-            "INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT DO NOTHING RETURNING key",
-            [key, user, plan.dataset.name, fingerprint, audit_id, now(), plan.normalized(),
-             json.dumps([n.to_json() for n in noises]), blob],
-        ).fetchall()
+    row = [key, user, plan.dataset.name, fingerprint, audit_id, now(), plan.normalized(),
+           json.dumps([n.to_json() for n in noises]), sink.getvalue().to_pybytes()]
+
+    def write(cur: duckdb.DuckDBPyConnection) -> None:
+        cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING", row)
         if also is not None:
             also(cur)
-    if inserted:
-        return measures
-    twin = lookup(store, key)
-    return twin.measures if twin is not None else measures
+
+    def written() -> None:
+        with _pending_lock:
+            _pending.get(store, {}).pop(key, None)
+
+    store.defer(write, written)
+    return measures
 
 
+_pending: weakref.WeakKeyDictionary[Store, dict[str, CachedAnswer]] = \
+    weakref.WeakKeyDictionary()
+_pending_lock = threading.Lock()
 _SECRETS: weakref.WeakKeyDictionary[Store, str] = weakref.WeakKeyDictionary()
 
 
