@@ -200,12 +200,20 @@ def test_describe_statement_and_errors_skip_to_sync(fake_server):
 
 def test_oversized_message_closes_only_that_connection(fake_server):
     client = _login(fake_server)
-    client.send(raw.query("SELECT '" + "x" * (2 << 20) + "'"))
-    message = client.read()
-    assert message.kind == b"E"
-    assert message.fields()["C"] == "54000"
-    assert client.closed()
-    client.close()
+    try:
+        client.send(raw.query("SELECT '" + "x" * (2 << 20) + "'"))
+        message = client.read()
+    except (ConnectionResetError, BrokenPipeError):
+        # The server may close before the client has sent 2 MB: the kernel then resets
+        # the connection and the error frame can be lost in flight. Closed either way.
+        message = None
+    finally:
+        closed = client.closed()
+        client.close()
+    if message is not None:
+        assert message.kind == b"E"
+        assert message.fields()["C"] == "54000"
+    assert closed
     assert fake_server.alive()
     after = _login(fake_server)
     after.send(raw.query("SELECT 1"))
