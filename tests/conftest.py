@@ -14,7 +14,6 @@ from dpsql.session import Session
 DATA = Path(str(resources.files("dpsql").joinpath("data")))
 ADULT_SAMPLE = DATA / "adult_sample.csv"
 ADULT_POLICY = DATA / "adult.yaml"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture
