@@ -1,0 +1,1 @@
+"""Analyses analysts run on released synthetic data (Rubin's rules, ...)."""
