@@ -50,6 +50,7 @@ class Attribute:
 
     @property
     def name(self) -> str:
+        """The column name."""
         return self.column.name
 
     @property
@@ -68,6 +69,7 @@ class Attribute:
 
     @property
     def null_code(self) -> int | None:
+        """The code of NULL for a nullable column, else None."""
         return self.bins if self.column.nullable else None
 
     def _values(self) -> list[Any]:
@@ -79,7 +81,7 @@ class Attribute:
         if col.type == "categorical":
             out = [str(v) for v in self._values()]
             if col.labels:
-                names = dict(zip(col.values or (), col.labels))
+                names = dict(zip(col.values or (), col.labels, strict=False))
                 out = [names.get(v, str(v)) for v in self._values()]
         elif col.labels:
             out = list(col.labels)
@@ -87,7 +89,7 @@ class Attribute:
             assert col.edges is not None
             top = "]" if col.type == "float" else ")"
             out = [f"[{a:g}, {b:g}{top if i == len(col.edges) - 2 else ')'}"
-                   for i, (a, b) in enumerate(zip(col.edges, col.edges[1:]))]
+                   for i, (a, b) in enumerate(zip(col.edges, col.edges[1:], strict=False))]
         if col.nullable:
             out.append("NULL")
         return out
@@ -101,7 +103,8 @@ class Attribute:
             whens = " ".join(f"WHEN {expr} = {sql_literal(v)} THEN {i}"
                              for i, v in enumerate(self._values()))
             return f"(CASE {null_branch}{whens} ELSE NULL END)"
-        assert col.edges is not None and col.bounds is not None
+        assert col.edges is not None
+        assert col.bounds is not None
         clamped = clamp_sql(expr, col.bounds)
         interior = col.edges[1:-1]
         if interior:
@@ -111,21 +114,21 @@ class Attribute:
         return f"(CASE {null_branch}WHEN {expr} IS NOT NULL THEN {code} ELSE NULL END)"
 
     def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pa.Array:
-        """Values for ``codes``: the categorical value, or a value from the bin (post-processing)."""
+        """Values for ``codes``: the category, or a value from the bin (post-processing)."""
         codes = np.asarray(codes, dtype=np.int64)
         col = self.column
         nulls = codes == self.null_code if col.nullable else np.zeros(len(codes), dtype=bool)
         safe = np.where(nulls, 0, codes)
         if col.type == "categorical":
             values = self._values()
-            out: list[Any] | np.ndarray = [None if n else values[c] for c, n in zip(safe, nulls)]
+            out = [None if n else values[c] for c, n in zip(safe, nulls, strict=True)]
             return pa.array(out)
         assert col.edges is not None
         edges = np.asarray(col.edges, dtype=np.float64)
         lo, hi = edges[safe], edges[safe + 1]
         if col.decode == "label" and col.labels:
             labels = list(col.labels)
-            return pa.array([None if n else labels[c] for c, n in zip(safe, nulls)])
+            return pa.array([None if n else labels[c] for c, n in zip(safe, nulls, strict=False)])
         if col.decode == "midpoint":
             values_f = (lo + hi) / 2
             if col.type == "integer":
@@ -140,8 +143,9 @@ class Attribute:
 
 
 def clamp_sql(expr: str, bounds: tuple[float, float]) -> str:
-    """SQL clamping ``expr`` into ``bounds`` as DOUBLE; +-inf land on the bounds, NaN on the
-    lower bound, NULL stays NULL.
+    """SQL clamping ``expr`` into ``bounds`` as DOUBLE.
+
+    +-inf land on the bounds, NaN on the lower bound, NULL stays NULL.
 
     TRY_CAST keeps it total: a value that cannot be read as a number is NULL.
     """
@@ -190,17 +194,20 @@ class Domain:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """Column names, in order."""
         return tuple(a.name for a in self.attributes)
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """Number of codes per column."""
         return tuple(a.size for a in self.attributes)
 
     def __getitem__(self, name: str) -> Attribute:
         for attribute in self.attributes:
             if attribute.name == name:
                 return attribute
-        raise ConfigurationError(f"no column {name!r} in this domain{did_you_mean(name, self.names)}")
+        hint = did_you_mean(name, self.names)
+        raise ConfigurationError(f"no column {name!r} in this domain{hint}")
 
     def __len__(self) -> int:
         return len(self.attributes)

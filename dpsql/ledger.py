@@ -15,7 +15,7 @@ import duckdb
 
 from dpsql.errors import AccessDenied, BudgetExceeded
 from dpsql.policy import Policy
-from dpsql.privacy import PrivacyCost
+from dpsql.privacy import Kind, PrivacyCost
 from dpsql.store import Store, now
 
 
@@ -38,6 +38,7 @@ class Budget:
         return mine if mine <= theirs else theirs
 
     def as_dict(self, delta: float | None = None) -> dict[str, Any]:
+        """JSON-able form with both units."""
         return {
             "user": self.user,
             "dataset": self.dataset,
@@ -58,14 +59,26 @@ class Charge:
     remaining: PrivacyCost
 
 
-def _sum(cur: duckdb.DuckDBPyConnection, kind: str, sql: str, params: list[Any]) -> PrivacyCost:
-    row = cur.execute(
-        f"SELECT coalesce(sum(units), 0), coalesce(bool_or(infinite), false) FROM {sql}", params
-    ).fetchone()
-    assert row is not None
-    if row[1]:
-        return PrivacyCost.unbounded(kind)  # type: ignore[arg-type]
-    return PrivacyCost(kind, int(row[0]))  # type: ignore[arg-type]
+_STANDING_SQL = """
+SELECT
+    coalesce(sum(units) FILTER (WHERE src = 'grant' AND user_name = $user), 0),
+    coalesce(bool_or(infinite) FILTER (WHERE src = 'grant' AND user_name = $user), false),
+    coalesce(sum(units) FILTER (WHERE src = 'charge' AND user_name = $user), 0),
+    coalesce(bool_or(infinite) FILTER (WHERE src = 'charge' AND user_name = $user), false),
+    coalesce(sum(units) FILTER (WHERE src = 'charge'), 0),
+    coalesce(bool_or(infinite) FILTER (WHERE src = 'charge'), false)
+FROM (
+    SELECT 'charge' AS src, user_name, units, infinite FROM dpsql.charges
+    WHERE dataset = $dataset AND kind = $kind
+    UNION ALL
+    SELECT 'grant' AS src, user_name, units, infinite FROM dpsql.grants
+    WHERE dataset = $dataset AND kind = $kind
+)
+"""
+
+
+def _cost(kind: Kind, units: int, infinite: bool) -> PrivacyCost:
+    return PrivacyCost.unbounded(kind) if infinite else PrivacyCost(kind, int(units))
 
 
 class Ledger:
@@ -78,23 +91,18 @@ class Ledger:
     # -- reading ------------------------------------------------------------------------
     def budget(self, user: str, dataset: str,
                cur: duckdb.DuckDBPyConnection | None = None) -> Budget:
-        """The current standing of ``user`` on ``dataset``."""
+        """The current standing of ``user`` on ``dataset`` (one query)."""
         cur = cur or self.store.cursor()
         policy = self.policy
         ds = policy.dataset(dataset)
         kind = policy.accounting
         base = policy.user(user).budgets.get(dataset, PrivacyCost.zero(kind))
-        granted = base + self._granted(cur, user, dataset)
-        spent = _sum(cur, kind, "dpsql.charges WHERE user_name = ? AND dataset = ? AND kind = ?",
-                     [user, dataset, kind])
-        total_spent = _sum(cur, kind, "dpsql.charges WHERE dataset = ? AND kind = ?",
-                           [dataset, kind])
-        return Budget(user, dataset, granted, spent, ds.budget, total_spent)
-
-    def _granted(self, cur: duckdb.DuckDBPyConnection, user: str, dataset: str) -> PrivacyCost:
-        return _sum(cur, self.policy.accounting,
-                    "dpsql.grants WHERE user_name = ? AND dataset = ? AND kind = ?",
-                    [user, dataset, self.policy.accounting])
+        row = cur.execute(_STANDING_SQL, {"user": user, "dataset": dataset,
+                                          "kind": kind}).fetchone()
+        assert row is not None
+        granted = base + _cost(kind, row[0], row[1])
+        return Budget(user, dataset, granted, _cost(kind, row[2], row[3]), ds.budget,
+                      _cost(kind, row[4], row[5]))
 
     def budgets(self, user: str | None = None) -> list[Budget]:
         """Standing of ``user`` (or every user) on every dataset they have a budget for."""
@@ -161,8 +169,8 @@ class Ledger:
         left = standing.dataset_total - standing.dataset_spent
         if cost > left:
             return (f"requested {cost.describe(delta)} on {standing.dataset}, but the dataset's "
-                    f"total budget has {left.describe(delta, budget=True)} left; an administrator can raise "
-                    "it in the policy (dpsql policy apply)")
+                    f"total budget has {left.describe(delta, budget=True)} left; an "
+                    "administrator can raise it in the policy (dpsql policy apply)")
         return None
 
     def record(self, user: str, dataset: str | None, statement: str, outcome: str,
@@ -223,7 +231,7 @@ class Ledger:
                 "infinite", "outcome", "reason", "fingerprint")
         out = []
         for row in reversed(rows):
-            entry = dict(zip(keys, row))
+            entry = dict(zip(keys, row, strict=False))
             kind, units, infinite = entry.pop("kind"), entry.pop("units"), entry.pop("infinite")
             entry["cost"] = PrivacyCost(kind, int(units), bool(infinite)) if kind else None
             out.append(entry)

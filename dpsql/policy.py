@@ -10,6 +10,7 @@ that fit inside each other, users that name real datasets).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -45,10 +46,12 @@ class Column:
 
     @property
     def hidden(self) -> bool:
+        """Never queryable."""
         return self.type == "hidden"
 
     @property
     def numeric(self) -> bool:
+        """Integer or float (has bounds)."""
         return self.type in ("integer", "float")
 
     @property
@@ -85,6 +88,7 @@ class Dataset:
 
     @property
     def visible_columns(self) -> tuple[Column, ...]:
+        """Columns that are not hidden."""
         return tuple(c for c in self.columns.values() if not c.hidden)
 
 
@@ -113,6 +117,7 @@ class Policy:
 
     @property
     def fingerprint(self) -> str:
+        """A stable hash of the canonical form (16 hex digits)."""
         return hashlib.sha256(self.canonical.encode()).hexdigest()[:16]
 
     def dataset(self, name: str) -> Dataset:
@@ -218,15 +223,18 @@ def _budget(raw: dict[str, Any], kind: Kind, default_delta: float | None, source
 
 def _edges(raw: dict[str, Any], col_type: str, lo: float, hi: float, source: str,
            where: str) -> tuple[float, ...] | None:
-    """Bin edges, each bin [e_i, e_i+1); the top edge is hi + 1 for integers (so the
-    last bin holds hi) and hi itself, closed, for floats."""
+    """Bin edges, each bin [e_i, e_i+1).
+
+    The top edge is hi + 1 for integers (so the last bin holds hi) and hi itself,
+    closed, for floats.
+    """
     bins = raw.get("bins")
     if bins is None:
         return None
     integer = col_type == "integer"
     if isinstance(bins, list):
         edges = [float(e) for e in bins]
-        if any(b <= a for a, b in zip(edges, edges[1:])):
+        if any(b <= a for a, b in itertools.pairwise(edges)):
             raise _fail(source, where + ".bins", "bin edges must increase strictly")
         if edges[0] != lo or edges[-1] != hi:
             raise _fail(source, where + ".bins",

@@ -17,14 +17,14 @@ import math
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
-from typing import Literal, Union
+from typing import Literal
 
 from scipy import special
 
 from dpsql.errors import ConfigurationError
 
 Kind = Literal["pure", "zcdp"]
-Number = Union[int, float, str, Fraction, Decimal]
+Number = int | float | str | Fraction | Decimal
 
 QUANTUM = Fraction(1, 10**18)
 _PER_UNIT = 10**18
@@ -131,6 +131,7 @@ class PrivacyCost:
 
     @property
     def is_zero(self) -> bool:
+        """No loss at all (and not the infinite budget)."""
         return not self.infinite and self.units == 0
 
     # -- composition ----------------------------------------------------------
@@ -260,8 +261,10 @@ class PrivacyCost:
 
 
 def _short(value: Fraction, *, up: bool = True, digits: int = 6) -> str:
-    """A decimal string of ``value`` to ``digits`` significant digits (0: exact quanta),
-    rounded up or down, without trailing zeros."""
+    """A decimal string of ``value`` without trailing zeros.
+
+    ``digits`` significant digits rounded up or down (0: exact quanta).
+    """
     exact = Decimal(value.numerator) / Decimal(value.denominator)
     if digits and exact != 0:
         quantum = Decimal(1).scaleb(exact.adjusted() - digits + 1)
@@ -349,7 +352,7 @@ def budget_cost(
             raise ConfigurationError("a pure-DP policy has no delta; remove delta or use zcdp")
         return PrivacyCost.pure(check_epsilon(amount))
     if rho is not None:
-        if isinstance(rho, float) and math.isnan(rho) or to_fraction(rho, "rho") <= 0:
+        if (isinstance(rho, float) and math.isnan(rho)) or to_fraction(rho, "rho") <= 0:
             raise ConfigurationError(f"rho must be > 0, got {rho}")
         return PrivacyCost.zcdp(rho)
     if delta is None:
@@ -420,7 +423,7 @@ class GaussianMechanism:
 
     @classmethod
     def calibrate(cls, sensitivity: Number, cost: PrivacyCost) -> GaussianMechanism:
-        """The smallest sigma^2 whose zCDP loss fits in ``cost`` (exact: sigma^2 = Δ²/(2ρ))."""
+        """The smallest sigma^2 whose zCDP loss fits in ``cost``: exactly Delta^2 / (2 rho)."""
         sens = _positive(sensitivity, "sensitivity")
         if cost.kind != "zcdp":
             raise ConfigurationError(
@@ -434,6 +437,7 @@ class GaussianMechanism:
 
     @property
     def sigma(self) -> float:
+        """The standard deviation parameter (sqrt of sigma2)."""
         return math.sqrt(self.sigma2)
 
     def cost(self, kind: Kind = "zcdp") -> PrivacyCost:
@@ -466,7 +470,7 @@ def _positive(value: Number, what: str) -> Fraction:
 
 
 def _analytic_delta(sigma: float, sensitivity: float, epsilon: float) -> float:
-    """delta achieved by Gaussian noise sigma at epsilon (Balle & Wang 2018, Thm 8)."""
+    """Delta achieved by Gaussian noise sigma at epsilon (Balle & Wang 2018, Thm 8)."""
     a = sensitivity / (2 * sigma)
     b = epsilon * sigma / sensitivity
     # Phi(a - b) - e^eps Phi(-a - b), with log-space for the second term.
@@ -501,7 +505,7 @@ def analytic_gaussian_sigma(sensitivity: Number, epsilon: Number, delta: Number)
 
 
 def gaussian_sigma(sensitivity: Number, rho: Number) -> float:
-    """sigma = Δ / sqrt(2 rho) for a rho-zCDP Gaussian mechanism, rounded up."""
+    """Sigma = Δ / sqrt(2 rho) for a rho-zCDP Gaussian mechanism, rounded up."""
     sens = float(_positive(sensitivity, "sensitivity"))
     r = float(_positive(rho, "rho"))
     return math.nextafter(sens / math.sqrt(2 * r), math.inf)

@@ -12,7 +12,8 @@ class Progress(Protocol):
     a progress bar; library callers may pass any callable or None.
     """
 
-    def __call__(self, stage: str, done: float, total: float | None = None) -> None: ...
+    def __call__(self, stage: str, done: float, total: float | None = None) -> None:
+        """Report that ``done`` of ``total`` units of ``stage`` are complete."""
 
 
 def silent(stage: str, done: float, total: float | None = None) -> None:

@@ -7,6 +7,7 @@ store, never from a path the caller passes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,7 @@ class Session:
 
     @property
     def principal(self) -> User:
+        """This session's user as the policy declares it."""
         try:
             return self.policy.users[self.user]
         except KeyError:
@@ -50,10 +52,12 @@ class Session:
 
     @property
     def is_admin(self) -> bool:
+        """Whether the user has the admin role."""
         return self.principal.role == "admin"
 
     @property
     def ledger(self) -> Ledger:
+        """The ledger under the active policy."""
         return Ledger(self.store, self.policy)
 
     def require_admin(self, action: str) -> None:
@@ -64,8 +68,10 @@ class Session:
 
     def cost(self, *, epsilon: Number | None = None, delta: Number | None = None,
              rho: Number | None = None) -> PrivacyCost:
-        """A cost in the policy's accounting from epsilon[/delta] or rho (delta defaults to
-        the policy's)."""
+        """A cost in the policy's accounting from epsilon[/delta] or rho.
+
+        Delta defaults to the policy's.
+        """
         policy = self.policy
         if epsilon is not None and delta is None and policy.accounting == "zcdp":
             delta = policy.delta
@@ -109,7 +115,7 @@ class Session:
         self.require_admin("read raw tables")
         ds = self.policy.dataset(dataset)
         check_identifier(ds.table, "table")
-        return self.store.cursor().execute(f'SELECT * FROM main."{ds.table}"').to_arrow_table()
+        return self.store.cursor().sql(f'SELECT * FROM main."{ds.table}"').to_arrow_table()
 
     # -- analyst surface ----------------------------------------------------------------
     def sql(self, text: str) -> Answer:
@@ -120,6 +126,7 @@ class Session:
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
+        """Release the store handle (idempotent)."""
         if not self._closed:
             self._closed = True
             self.store.close()
@@ -146,10 +153,12 @@ def connect(path: str | Path, user: str) -> Session:
 
 
 def init(path: str | Path, policy: Policy | str | Path,
-         imports: dict[str, str | Path] | None = None, *, na: str | None = None,
+         imports: Mapping[str, str | Path] | None = None, *, na: str | None = None,
          normalize: bool = True, admin: str | None = None) -> tuple[Store, list[str]]:
-    """Create a store, import tables and apply the first policy; returns the open store and
-    notes. Nothing is left behind if any step fails."""
+    """Create a store, import tables and apply the first policy.
+
+    Returns the open store and notes. Nothing is left behind if any step fails.
+    """
     if not isinstance(policy, Policy):
         policy = Policy.load(policy)
     admins = [u.name for u in policy.users.values() if u.role == "admin"]

@@ -188,7 +188,9 @@ class Store:
         ).fetchone()
         version = 0
         if has_meta and has_meta[0]:
-            row = con.execute("SELECT value FROM dpsql.meta WHERE key = 'schema_version'").fetchone()
+            row = con.execute(
+                "SELECT value FROM dpsql.meta WHERE key = 'schema_version'"
+            ).fetchone()
             version = int(row[0]) if row else 0
         elif not create:
             raise StoreError(f"{self.path} is a DuckDB file but not a dpsql store; create a store "
@@ -210,8 +212,9 @@ class Store:
 
     def _install_udfs(self) -> None:
         """(Re)create the SQL macros shipped in ``dpsql/udfs/*.sql`` (schema ``udfs``)."""
-        files = sorted(p for p in resources.files("dpsql").joinpath("udfs").iterdir()
-                       if p.name.endswith(".sql"))
+        folder = resources.files("dpsql").joinpath("udfs")
+        files = sorted((p for p in folder.iterdir() if p.name.endswith(".sql")),
+                       key=lambda p: p.name)
         with self.transaction() as cur:
             cur.execute("CREATE SCHEMA IF NOT EXISTS udfs")
             for file in files:
@@ -283,7 +286,8 @@ class Store:
             if len(set(names)) != len(names):
                 raise ConfigurationError(f"{path}: column names collide once normalized; "
                                          "import with --keep-names")
-            renames = {old: new for old, new in zip(data.column_names, names) if old != new}
+            pairs = zip(data.column_names, names, strict=True)
+            renames = {old: new for old, new in pairs if old != new}
             data = data.rename_columns(names)
         with self.lock, self.transaction() as cur:
             if name in self.tables() and not replace:
@@ -296,6 +300,7 @@ class Store:
 
     # -- policy lifecycle -----------------------------------------------------------------
     def policy_version(self) -> int:
+        """The number of the active policy version (0: none yet)."""
         row = self.cursor().execute("SELECT max(version) FROM dpsql.policies").fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
@@ -357,12 +362,13 @@ class Store:
         return changes
 
     def policy_history(self) -> list[dict[str, Any]]:
+        """Every applied policy version, oldest first."""
         rows = self.cursor().execute(
             "SELECT version, fingerprint, applied_by, applied_at, changes FROM dpsql.policies "
             "ORDER BY version"
         ).fetchall()
         keys = ("version", "fingerprint", "applied_by", "applied_at", "changes")
-        return [dict(zip(keys, r)) for r in rows]
+        return [dict(zip(keys, r, strict=False)) for r in rows]
 
 
 def _statements(script: str) -> list[str]:

@@ -131,7 +131,7 @@ def test_budget_exact_at_boundary_passes_one_quantum_more_fails():
     spent = PrivacyCost.pure("0.7")
     assert spent + PrivacyCost.pure("0.3") <= budget
     assert not spent + PrivacyCost.pure("0.3") + ONE_QUANTUM_PURE <= budget
-    assert QUANTUM == Fraction(1, 10**18)
+    assert Fraction(1, 10**18) == QUANTUM
 
 
 def test_analytic_gaussian_meets_delta_and_is_tight():

@@ -45,9 +45,8 @@ def test_open_is_shared_within_a_process(store_path):
     "SET threads = 1",
 ])
 def test_every_connection_is_hardened(store_path, statement):
-    with Store.open(store_path) as store:
-        with pytest.raises(duckdb.Error):
-            store.analyst_cursor().execute(statement)
+    with Store.open(store_path) as store, pytest.raises(duckdb.Error):
+        store.analyst_cursor().execute(statement)
 
 
 def test_second_process_gets_a_clear_error(store_path):

@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from dpsql.errors import DPSQLError
 from dpsql.cli.common import cli
+from dpsql.errors import DPSQLError
 
 
 def _load_commands() -> None:

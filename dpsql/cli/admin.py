@@ -38,7 +38,7 @@ def _imports(values: tuple[str, ...]) -> dict[str, str]:
 @json_option
 def init_cmd(db: str, policy_path: str, imports: tuple[str, ...], na: str | None,
              keep_names: bool, as_json: bool) -> None:
-    """Create the store DB, import sensitive tables and apply the first policy.
+    r"""Create the store DB, import sensitive tables and apply the first policy.
 
     \b
     Example:

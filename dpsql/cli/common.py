@@ -57,4 +57,5 @@ def default_actor(actor: str | None, db: str) -> str:
 
 
 def env_user() -> str | None:
+    """The user named by $DPSQL_USER, if any."""
     return os.environ.get("DPSQL_USER")

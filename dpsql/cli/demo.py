@@ -38,7 +38,7 @@ def demo_cmd(db: str | None) -> None:
 def run_demo(path: Path) -> None:
     """The demo's steps, printed as they run."""
     click.echo(heading("1. Create a governed store"))
-    store, notes = init(path, _bundled("adult.yaml"), {"adult": _bundled("adult_sample.csv")})
+    store, _notes = init(path, _bundled("adult.yaml"), {"adult": _bundled("adult_sample.csv")})
     store.close()
     click.echo(f"   {path}: table adult (5,000 rows of the UCI Adult data), policy applied")
     with connect(path, "admin") as admin:

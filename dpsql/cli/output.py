@@ -49,11 +49,11 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
     text = [[cell(v) for v in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in text:
-        widths = [max(w, len(v)) for w, v in zip(widths, row)]
+        widths = [max(w, len(v)) for w, v in zip(widths, row, strict=False)]
 
     def line(values: Sequence[str]) -> str:
         parts = [v.rjust(w) if i in right else v.ljust(w)
-                 for i, (v, w) in enumerate(zip(values, widths))]
+                 for i, (v, w) in enumerate(zip(values, widths, strict=False))]
         return "  ".join(parts).rstrip()
 
     head = click.style(line(list(headers)), bold=True) if sys.stdout.isatty() else line(headers)

@@ -141,8 +141,10 @@ def convert_options(factory: Factory, options: dict[str, Any]) -> dict[str, Any]
 
 
 def _convert(key: str, value: Any, hint: Any) -> Any:
-    """Read an ``--option`` string as ``hint``: numbers, booleans, ``a,b`` lists and
-    ``a+b,c+d`` lists of column sets."""
+    """Read an ``--option`` string as ``hint``.
+
+    Numbers, booleans, ``a,b`` lists and ``a+b,c+d`` lists of column sets.
+    """
     if not isinstance(value, str):
         return value
     args = [a for a in typing.get_args(hint) if a is not type(None)]

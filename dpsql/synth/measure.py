@@ -72,8 +72,9 @@ def count_marginals(source: duckdb.DuckDBPyRelation, domain: Domain,
     sql = (f"WITH _bounded AS (SELECT * FROM _dpsql_source), _enc AS ({encoded}) "
            f"SELECT {cols + ', ' if used else ''}{gid} AS _gid, count(*) AS _n "
            f"FROM _enc GROUP BY GROUPING SETS ({grouping})")
-    con = source.query("_dpsql_source", sql)
-    table = con.fetchnumpy()
+    result = source.query("_dpsql_source", sql)
+    assert result is not None
+    table = result.fetchnumpy()
     gids = np.asarray(table["_gid"], dtype=np.int64)
     counts = np.asarray(table["_n"], dtype=np.int64)
     out = []
@@ -112,7 +113,7 @@ def measure_marginals(source: duckdb.DuckDBPyRelation, domain: Domain,
     exact = count_marginals(source, domain, marginals)
     return [
         _noisy(tuple(m), counts, part, domain.max_rows)
-        for m, counts, part in zip(marginals, exact, parts)
+        for m, counts, part in zip(marginals, exact, parts, strict=False)
     ]
 
 

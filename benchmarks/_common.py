@@ -1,0 +1,44 @@
+"""Small helpers the benchmarks share: timing medians, peak memory, tables."""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def median_time(fn: Callable[[], Any], runs: int = 5) -> tuple[float, list[float]]:
+    """Median wall time of ``runs`` calls of ``fn`` (and every time)."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), times
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB."""
+    usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return usage / 1024 if sys.platform != "darwin" else usage / 2**20
+
+
+def print_table(rows: list[dict[str, Any]], as_json: bool = False) -> None:
+    """Rows as an aligned table, or JSON with ``as_json``."""
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        return
+    headers = list(rows[0])
+    text = [[f"{r[h]:.4g}" if isinstance(r[h], float) else str(r[h]) for h in headers]
+            for r in rows]
+    widths = [max(len(h), *(len(t[i]) for t in text)) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for t in text:
+        print("  ".join(v.rjust(w) for v, w in zip(t, widths, strict=True)))

@@ -1,0 +1,90 @@
+"""The CLI as a user runs it: a real process, exit codes per error class, --json."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ADULT_POLICY, ADULT_SAMPLE
+
+
+def run(*args: str, db=None, input_text=None, env_extra=None):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    if db:
+        env["DPSQL_DB"] = str(db)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "dpsql", *args], capture_output=True,
+                          text=True, env=env, input=input_text, timeout=300)
+
+
+def test_help_explains_commands():
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("init", "policy", "budget", "audit", "demo"):
+        assert command in result.stdout
+
+
+def test_init_budget_grant_audit_round_trip(tmp_path):
+    db = tmp_path / "s.duckdb"
+    result = run("init", str(db), "--policy", str(ADULT_POLICY), "--import",
+                 f"adult={ADULT_SAMPLE}", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["tables"] == ["adult"]
+
+    shown = json.loads(run("budget", "show", "--json", db=db).stdout)
+    assert {row["user"] for row in shown} == {"admin", "alice", "bob"}
+
+    granted = run("budget", "grant", "bob", "adult", "--epsilon", "1", "--json", db=db)
+    assert granted.returncode == 0, granted.stderr
+    assert json.loads(granted.stdout)["user"] == "bob"
+
+    audit = json.loads(run("audit", "--last", "1", "--json", db=db).stdout)
+    assert audit[0]["action"] == "grant"
+
+    table = run("budget", "show", "--user", "bob", db=db)
+    assert "bob" in table.stdout
+    assert "remaining" in table.stdout
+
+
+def test_exit_codes_per_error_class(tmp_path, store_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\naccounting: sometimes\n")
+    assert run("policy", "check", str(bad)).returncode == 3
+    denied = run("budget", "grant", "alice", "adult", "--epsilon", "1", db=store_path,
+                 env_extra={"DPSQL_USER": "alice"})
+    assert denied.returncode == 6
+    assert "analyst" in denied.stderr
+    assert run("budget", "grant", "bob", "adult", "--epsilon", "-1", db=store_path).returncode == 8
+    assert run("budget", "show", db=tmp_path / "missing.duckdb").returncode == 9
+    as_json = run("budget", "grant", "bob", "adult", "--epsilon", "nan", "--json", db=store_path)
+    assert json.loads(as_json.stdout)["error"] == "configuration_error"
+
+
+def test_policy_apply_shows_and_records_changes(store_path, tmp_path):
+    newer = tmp_path / "p.yaml"
+    newer.write_text(ADULT_POLICY.read_text().replace("adult: {epsilon: 1}", "adult: {epsilon: 2}"))
+    result = run("policy", "apply", str(newer), "--yes", db=store_path)
+    assert result.returncode == 0, result.stderr
+    assert "users.bob.budgets.adult.epsilon: 1 -> 2" in result.stdout
+    again = run("policy", "apply", str(newer), "--yes", db=store_path)
+    assert "no changes" in again.stdout
+    history = json.loads(run("policy", "show", "--json", db=store_path).stdout)["history"]
+    assert len(history) == 2
+
+
+def test_policy_check_against_store(store_path):
+    result = run("policy", "check", str(ADULT_POLICY), "--db", str(store_path))
+    assert result.returncode == 0
+    assert "valid" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["demo"]])
+def test_demo_runs(args):
+    result = run(*args)
+    assert result.returncode == 0, result.stderr
+    assert "Create a governed store" in result.stdout
+    assert "refused" in result.stdout

@@ -1,0 +1,68 @@
+"""Sessions: roles enforced, the policy comes from the store, budgets per principal."""
+
+from __future__ import annotations
+
+import pytest
+
+import dpsql
+from dpsql.errors import AccessDenied, ConfigurationError
+
+from .conftest import ADULT_POLICY
+
+
+def test_unknown_user_is_denied(store_path):
+    with pytest.raises(AccessDenied, match="no user 'mallory'"):
+        dpsql.connect(store_path, "mallory")
+
+
+def test_analyst_cannot_read_raw_tables_grant_or_change_policy(alice):
+    with pytest.raises(AccessDenied):
+        alice.table("adult")
+    with pytest.raises(AccessDenied):
+        alice.grant("alice", "adult", epsilon=1)
+    with pytest.raises(AccessDenied):
+        alice.apply_policy(ADULT_POLICY)
+    with pytest.raises(AccessDenied):
+        alice.budget("bob")
+    with pytest.raises(AccessDenied):
+        alice.audit(user="bob")
+
+
+def test_admin_reads_raw_rows(admin):
+    assert admin.table("adult").num_rows == 5000
+
+
+def test_analyst_sees_only_own_budget(alice):
+    rows = alice.budget()
+    assert [(b.user, b.dataset) for b in rows] == [("alice", "adult")]
+    assert rows[0].granted == alice.cost(epsilon=2)
+    assert rows[0].spent.is_zero
+
+
+def test_admin_sees_everyone(admin):
+    assert {b.user for b in admin.budget()} == {"admin", "alice", "bob"}
+
+
+def test_cost_uses_policy_delta(alice):
+    cost = alice.cost(epsilon=1)
+    assert cost.kind == "zcdp"
+    assert cost.epsilon(alice.policy.delta) <= 1
+
+
+def test_apply_policy_cannot_remove_own_admin_role(admin, tmp_path):
+    demoted = tmp_path / "p.yaml"
+    demoted.write_text(ADULT_POLICY.read_text().replace("  admin:\n    role: admin",
+                                                        "  admin:\n    role: analyst\n"
+                                                        "  root:\n    role: admin", 1))
+    with pytest.raises(ConfigurationError, match="admin role"):
+        admin.apply_policy(demoted)
+
+
+def test_policy_comes_from_the_store(store_path, tmp_path):
+    with dpsql.connect(store_path, "admin") as admin:
+        newer = tmp_path / "p.yaml"
+        newer.write_text(ADULT_POLICY.read_text().replace("adult: {epsilon: 1}",
+                                                          "adult: {epsilon: 0.5}"))
+        admin.apply_policy(newer)
+    with dpsql.connect(store_path, "bob") as bob:
+        assert bob.budget()[0].granted == bob.cost(epsilon="0.5")
