@@ -47,6 +47,7 @@ class Combined:
     copies: int
 
     def as_dict(self) -> dict[str, Any]:
+        """JSON-able fields."""
         return asdict(self)
 
 

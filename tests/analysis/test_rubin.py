@@ -101,6 +101,7 @@ def test_mixed_posterior_weighs_copies_equally() -> None:
     assert mixed.shape == (8, 2)
     assert mixed.mean() == pytest.approx(0.5)
     low, high = rubin.credible_interval(mixed, 0.5)
-    assert low.shape == (2,) and np.all(low <= high)
+    assert low.shape == (2,)
+    assert np.all(low <= high)
     with pytest.raises(ConfigurationError):
         rubin.mix_posteriors([a])

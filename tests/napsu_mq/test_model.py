@@ -28,7 +28,7 @@ def features(structure: Structure, x: tuple[int, ...]) -> np.ndarray:
     out = []
     for scope in structure.scopes:
         for v in itertools.product(*(range(1, structure.sizes[j]) for j in scope)):
-            out.append(float(all(x[j] == w for j, w in zip(scope, v))))
+            out.append(float(all(x[j] == w for j, w in zip(scope, v, strict=True))))
     return np.array(out)
 
 
@@ -66,9 +66,9 @@ def test_clique_marginals_match_enumeration(case: str) -> None:
     points, p, *_ = enumerate_model(structure, theta)
     with jax.enable_x64(True):
         tables = model.compiled_marginals(structure)(jnp.asarray(theta))
-    for clique, table in zip(structure.tree, tables):
+    for clique, table in zip(structure.tree, tables, strict=True):
         expected = np.zeros(tuple(sizes[j] for j in clique))
-        for x, px in zip(points, p):
+        for x, px in zip(points, p, strict=True):
             expected[tuple(x[j] for j in clique)] += px
         np.testing.assert_allclose(np.asarray(table), expected, rtol=1e-10, atol=1e-13)
 
@@ -82,7 +82,7 @@ def test_cell_map_recovers_every_measured_marginal(case: str) -> None:
     for clique in cliques:
         for scope in [clique, clique[::-1], clique[:1]]:
             expected = np.zeros(tuple(sizes[j] for j in scope))
-            for x, px in zip(points, p):
+            for x, px in zip(points, p, strict=True):
                 expected[tuple(x[j] for j in scope)] += px
             got = cell_map(structure, scope) @ np.concatenate([[1.0], mu])
             np.testing.assert_allclose(got, expected.reshape(-1), atol=1e-12)

@@ -30,7 +30,8 @@ def test_registered_and_options_are_converted() -> None:
     assert isinstance(synth, Synthesizer)
     assert isinstance(synth, NapsuMQ)
     assert synth.cliques == (("age", "sex"), ("race", "sex"))
-    assert synth.chains == 2 and synth.select_share == 0.3
+    assert synth.chains == 2
+    assert synth.select_share == 0.3
 
 
 @pytest.mark.parametrize(("option", "value"), [
@@ -95,7 +96,7 @@ def test_exact_fit_with_an_infinite_budget_matches_the_counts(adult: Source) -> 
     with jax.enable_x64(True):
         tables = compiled_marginals(fitted.structure)(jnp.asarray(mean[: fitted.structure.dim]))
     names = adult.domain.names
-    for clique, counts in zip(cliques, exact):
+    for clique, counts in zip(cliques, exact, strict=True):
         index = sorted(names.index(c) for c in clique)
         tree = next(i for i, c in enumerate(fitted.structure.tree) if set(index) <= set(c))
         clique_cols = fitted.structure.tree[tree]
@@ -118,9 +119,10 @@ def test_state_restores_and_samples_more_copies(adult: Source) -> None:
     copy = again.sample(1000, np.random.default_rng(5))
     assert copy.column_names == list(adult.domain.names)
     assert copy.num_rows == 1000
-    for name, size in zip(adult.domain.names, adult.domain.shape):
+    for name, size in zip(adult.domain.names, adult.domain.shape, strict=True):
         values = copy.column(name).to_numpy()
-        assert values.min() >= 0 and values.max() < size
+        assert values.min() >= 0
+        assert values.max() < size
     # The same generator gives the same copy from the original and the restored model.
     a = fitted.sample(500, np.random.default_rng(6))
     b = again.sample(500, np.random.default_rng(6))
@@ -156,5 +158,5 @@ def test_mst_with_a_huge_budget_picks_the_worst_predicted_pair(adult: Source) ->
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     exact = count_marginals(adult.relation, adult.domain, pairs)
     scores = [np.abs(c - np.rint(rows * np.outer(probs[a], probs[b]))).sum()
-              for (a, b), c in zip(pairs, exact)]
+              for (a, b), c in zip(pairs, exact, strict=True)]
     assert selection.pairs[0] == pairs[int(np.argmax(scores))]

@@ -48,6 +48,7 @@ class Reduced:
 
     @property
     def free_n(self) -> bool:
+        """Whether the number of records is a posterior parameter (not public)."""
         return self.n_scale > 0
 
 

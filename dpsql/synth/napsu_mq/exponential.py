@@ -60,11 +60,11 @@ class ExponentialMechanism:
 
     @property
     def rate(self) -> Fraction:
-        """epsilon / (2 sensitivity): the weight of one unit of score in the log-probability."""
+        """Epsilon / (2 sensitivity): the weight of one unit of score in the log-probability."""
         return self.epsilon / (2 * self.sensitivity)
 
     def cost(self, kind: Kind = "zcdp") -> PrivacyCost:
-        """epsilon (pure) or epsilon^2 / 8 (zCDP, bounded range), rounded up."""
+        """Epsilon (pure) or epsilon^2 / 8 (zCDP, bounded range), rounded up."""
         if kind == "pure":
             return PrivacyCost.from_fraction("pure", self.epsilon)
         return PrivacyCost.from_fraction("zcdp", self.epsilon**2 / 8)

@@ -42,6 +42,7 @@ class Laplace:
     notes: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
+        """JSON-able convergence record."""
         return {"converged": self.converged, "iterations": self.iterations,
                 "restarts": self.restarts, "grad_norm": self.grad_norm,
                 "seconds": round(self.seconds, 3), "notes": list(self.notes)}
@@ -80,12 +81,13 @@ def fit(structure: Structure, reduced: Reduced, prior_sd: float, rng: np.random.
     notes: list[str] = []
     best = None
     iterations = 0
-    for attempt in range(restarts + 1):
-        count = [0]
+    done = [0]
 
-        def tick(_: Any, count: list[int] = count) -> None:
-            count[0] += 1
-            progress("laplace", iterations + count[0], None)
+    def tick(_: Any) -> None:
+        done[0] += 1
+        progress("laplace", done[0], None)
+
+    for attempt in range(restarts + 1):
 
         result = optimize.minimize(value_grad, x0, jac=True, method="L-BFGS-B", callback=tick,
                                    options={"maxiter": max_iter, "maxcor": 20, "ftol": 1e-13,

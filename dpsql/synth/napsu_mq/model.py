@@ -65,7 +65,7 @@ def potentials(structure: Structure, theta: jax.Array) -> list[jax.Array]:
 
 
 def log_z_of_potentials(structure: Structure, tables: list[jax.Array]) -> jax.Array:
-    """log sum_x exp(sum_C psi_C(x_C)): leaves send log-sum-exp messages to the roots."""
+    """Log sum_x exp(sum_C psi_C(x_C)): leaves send log-sum-exp messages to the roots."""
     beliefs = list(tables)
     total = jnp.zeros((), tables[0].dtype)
     for i in reversed(range(len(structure.tree))):
@@ -108,7 +108,7 @@ def records(structure: Structure, phi: jax.Array, evidence: Evidence) -> jax.Arr
 
 
 def log_likelihood(structure: Structure, phi: jax.Array, evidence: Evidence) -> jax.Array:
-    """log N(z; n [1, mu], n [0, Sigma] + noise_cov): the CLT approximation, noise included."""
+    """Log N(z; n [1, mu], n [0, Sigma] + noise_cov): the CLT approximation, noise included."""
     theta = phi[: structure.dim]
     n = records(structure, phi, evidence)
     mu, sigma = moments(structure, theta)
@@ -120,7 +120,7 @@ def log_likelihood(structure: Structure, phi: jax.Array, evidence: Evidence) -> 
 
 
 def log_prior(structure: Structure, phi: jax.Array, evidence: Evidence) -> jax.Array:
-    """theta ~ N(0, prior_sd^2 I); a flat prior on the number of records."""
+    """Theta ~ N(0, prior_sd^2 I); a flat prior on the number of records."""
     theta = phi[: structure.dim]
     return -0.5 * (theta @ theta) / evidence.prior_sd**2
 

@@ -59,7 +59,7 @@ def components(names: Sequence[str], cliques: Sequence[Sequence[str]]) -> dict[s
         return c
 
     for clique in cliques:
-        for a, b in zip(clique, clique[1:]):
+        for a, b in itertools.pairwise(clique):
             root[find(a)] = find(b)
     return {c: find(c) for c in names}
 
@@ -91,11 +91,12 @@ def select(source: duckdb.DuckDBPyRelation, domain: Domain, required: Sequence[S
     candidates = [(a, b) for a, b in itertools.combinations(names, 2) if groups[a] != groups[b]]
     exact = count_marginals(source, domain, candidates)
     scores = []
-    for (a, b), counts in zip(candidates, exact):
+    for (a, b), counts in zip(candidates, exact, strict=True):
         predicted = np.rint(rows * np.outer(probs[a], probs[b])).astype(np.int64)
         scores.append(int(np.abs(counts - predicted).sum()))
     del exact
-    mechanism = ExponentialMechanism.calibrate(domain.max_rows, select_budget.split([1] * rounds)[0])
+    per_round = select_budget.split([1] * rounds)[0]
+    mechanism = ExponentialMechanism.calibrate(domain.max_rows, per_round)
     chosen: list[tuple[str, str]] = []
     log = []
     joined = list(required)

@@ -81,7 +81,7 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
                                                          target_accept)
     dim = laplace.mean.size
     states = []
-    for c in range(chains):
+    for _ in range(chains):
         u0 = jnp.asarray(rng.normal(0.0, 1.0, dim))
         pe, grad = value_grad(u0, evidence, mean, chol)
         key = jax.random.key(int(rng.integers(2**31)))

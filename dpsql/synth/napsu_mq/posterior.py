@@ -39,12 +39,15 @@ class Gaussian:
     cov: np.ndarray
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """One parameter vector from the Gaussian."""
         return rng.multivariate_normal(self.mean, self.cov, method="cholesky")
 
     def summary(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation per parameter."""
         return self.mean, np.sqrt(np.diag(self.cov))
 
     def state(self) -> dict[str, Any]:
+        """JSON-able form."""
         return {"kind": "laplace", "mean": encode(self.mean), "cov": encode(self.cov)}
 
 
@@ -55,12 +58,15 @@ class Samples:
     draws: np.ndarray
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """One stored draw, uniformly at random."""
         return self.draws[int(rng.integers(self.draws.shape[0]))]
 
     def summary(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation per parameter."""
         return self.draws.mean(axis=0), self.draws.std(axis=0, ddof=1)
 
     def state(self) -> dict[str, Any]:
+        """JSON-able form."""
         return {"kind": "draws", "draws": encode(self.draws)}
 
 

@@ -44,6 +44,6 @@ def sample_records(structure: Structure, marginals: Sequence[np.ndarray], n: int
         cell = np.searchsorted(shifted, row + u, side="right") - row * table.shape[1]
         cell = np.clip(cell, 0, table.shape[1] - 1)
         values = np.unravel_index(cell, tuple(structure.sizes[j] for j in fresh))
-        for j, v in zip(fresh, values):
+        for j, v in zip(fresh, values, strict=True):
             out[:, j] = v
     return out

@@ -50,7 +50,7 @@ class Structure:
 
     @classmethod
     def build(cls, sizes: Sequence[int], cliques: Sequence[Sequence[int]]) -> Structure:
-        """The structure for ``cliques`` over columns of ``sizes`` (every column must be covered)."""
+        """The structure for ``cliques`` over columns of ``sizes`` (each column in a clique)."""
         sizes = tuple(int(s) for s in sizes)
         scopes = _maximal(sorted({tuple(sorted(set(c))) for c in cliques if c}))
         covered = {j for c in scopes for j in c}
@@ -92,7 +92,7 @@ class Structure:
         out = []
         for scope in self.scopes:
             for v in itertools.product(*(range(1, self.sizes[j]) for j in scope)):
-                out.append(",".join(f"{names[j]}={x}" for j, x in zip(scope, v)))
+                out.append(",".join(f"{names[j]}={x}" for j, x in zip(scope, v, strict=True)))
         return out
 
     # -- theta -> junction-tree log-potentials --------------------------------------------
@@ -109,12 +109,8 @@ class Structure:
         return tuple(tuple(s) for s in out)
 
     def tree_shape(self, i: int) -> tuple[int, ...]:
+        """Table shape of tree clique ``i``."""
         return tuple(self.sizes[j] for j in self.tree[i])
-
-    @cached_property
-    def children(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(c for c, p in enumerate(self.parent) if p == i)
-                     for i in range(len(self.tree)))
 
     def separator(self, i: int) -> tuple[int, ...]:
         """Columns tree clique ``i`` shares with its parent (sorted; empty for a root)."""
@@ -229,13 +225,13 @@ def cell_map(structure: Structure, scope: Sequence[int]) -> np.ndarray:
         block = np.eye(k)
         block[0, 1:] = -1.0
         blocks.append(block)
-    kron = np.ones((1, 1))
+    kron: np.ndarray = np.ones((1, 1))
     for block in blocks:
         kron = np.kron(kron, block)
     # Columns of the Kronecker basis: each picks, per column, the constant (0) or a value.
     out = np.zeros((kron.shape[0], structure.dim + 1))
     for col, pick in enumerate(itertools.product(*(range(structure.sizes[j]) for j in scope))):
-        chosen = sorted((j, v) for j, v in zip(scope, pick) if v > 0)
+        chosen = sorted((j, v) for j, v in zip(scope, pick, strict=True) if v > 0)
         if not chosen:
             out[:, 0] += kron[:, col]
             continue

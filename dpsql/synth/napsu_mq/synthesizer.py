@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import duckdb
 import jax
@@ -33,9 +33,9 @@ from dpsql.synth.base import register
 from dpsql.synth.measure import measure_marginals
 from dpsql.synth.napsu_mq import laplace as laplace_step
 from dpsql.synth.napsu_mq import mst, nuts
-from dpsql.synth.napsu_mq.model import compiled_marginals
 from dpsql.synth.napsu_mq import posterior as post
 from dpsql.synth.napsu_mq.evidence import Observed, reduce
+from dpsql.synth.napsu_mq.model import compiled_marginals
 from dpsql.synth.napsu_mq.sampling import sample_records
 from dpsql.synth.napsu_mq.structure import Structure
 
@@ -74,8 +74,8 @@ class NapsuMQ:
     prior_sd: float = 10.0
     keep_draws: int = 1000
 
-    name: ClassVar[str] = "napsu_mq"
-    is_dp: ClassVar[bool] = True
+    name = "napsu_mq"
+    is_dp = True
 
     def __post_init__(self) -> None:
         self.cliques = tuple(tuple(c) for c in self.cliques)
@@ -181,7 +181,7 @@ class NapsuMQ:
             "diagnostics": diagnostics,
         }
         return FittedNapsuMQ(structure, domain.names, posterior, spent, info,
-                             max(1, int(round(rows["estimate"]))))
+                             max(1, round(rows["estimate"])))
 
     def _required(self, domain: Domain) -> list[tuple[str, ...]]:
         out = []
