@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpsql.errors import ConfigurationError
 from dpsql.policy import Column, Dataset, did_you_mean
@@ -113,6 +114,17 @@ class Attribute:
             code = "0"
         return f"(CASE {null_branch}WHEN {expr} IS NOT NULL THEN {code} ELSE NULL END)"
 
+    def encode_decoded_sql(self, expr: str | None = None) -> str:
+        """Like :meth:`encode_sql`, for values this attribute decoded (bin labels included)."""
+        col = self.column
+        if col.type == "categorical" or col.decode != "label" or not col.labels:
+            return self.encode_sql(expr)
+        expr = expr or quote(col.name)
+        null_branch = f"WHEN {expr} IS NULL THEN {self.null_code} " if col.nullable else ""
+        whens = " ".join(f"WHEN {expr} = {sql_literal(label)} THEN {i}"
+                         for i, label in enumerate(col.labels))
+        return f"(CASE {null_branch}{whens} ELSE NULL END)"
+
     def decode(self, codes: np.ndarray, rng: np.random.Generator) -> pa.Array:
         """Values for ``codes``: the category, or a value from the bin (post-processing)."""
         codes = np.asarray(codes, dtype=np.int64)
@@ -120,15 +132,12 @@ class Attribute:
         nulls = codes == self.null_code if col.nullable else np.zeros(len(codes), dtype=bool)
         safe = np.where(nulls, 0, codes)
         if col.type == "categorical":
-            values = self._values()
-            out = [None if n else values[c] for c, n in zip(safe, nulls, strict=True)]
-            return pa.array(out)
+            return _take(self._values(), safe, nulls)
         assert col.edges is not None
         edges = np.asarray(col.edges, dtype=np.float64)
         lo, hi = edges[safe], edges[safe + 1]
         if col.decode == "label" and col.labels:
-            labels = list(col.labels)
-            return pa.array([None if n else labels[c] for c, n in zip(safe, nulls, strict=False)])
+            return _take(list(col.labels), safe, nulls)
         if col.decode == "midpoint":
             values_f = (lo + hi) / 2
             if col.type == "integer":
@@ -140,6 +149,14 @@ class Attribute:
         if col.type == "integer":
             return pa.array(values_f.astype(np.int64), mask=nulls)
         return pa.array(values_f, mask=nulls)
+
+
+def _take(values: list[Any], codes: np.ndarray, nulls: np.ndarray) -> pa.Array:
+    """``values[codes]`` as an Arrow array, NULL where ``nulls``."""
+    taken = pa.array(values).take(pa.array(codes))
+    if not nulls.any():
+        return taken
+    return pc.if_else(pa.array(nulls), pa.nulls(len(codes), taken.type), taken)
 
 
 def clamp_sql(expr: str, bounds: tuple[float, float]) -> str:
@@ -174,6 +191,9 @@ class Domain:
         if columns is None:
             chosen = [c for c in dataset.visible_columns if c.has_domain]
         else:
+            repeated = sorted({c for c in columns if list(columns).count(c) > 1})
+            if repeated:
+                raise ConfigurationError(f"column(s) {', '.join(repeated)} listed more than once")
             chosen = []
             for name in columns:
                 if name not in dataset.columns:
@@ -224,6 +244,11 @@ class Domain:
     def encode_sql(self, source: str) -> str:
         """A SELECT over ``source`` (a table or subquery) giving each column's code."""
         items = ", ".join(f"{a.encode_sql()} AS {quote(a.name)}" for a in self.attributes)
+        return f"SELECT {items} FROM {source}"
+
+    def encode_decoded_sql(self, source: str) -> str:
+        """A SELECT over ``source`` giving each column's code from decoded (released) values."""
+        items = ", ".join(f"{a.encode_decoded_sql()} AS {quote(a.name)}" for a in self.attributes)
         return f"SELECT {items} FROM {source}"
 
     def decode(self, codes: pa.Table, rng: np.random.Generator) -> pa.Table:

@@ -7,7 +7,7 @@ store, never from a path the caller passes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,9 @@ from dpsql.privacy import Number, PrivacyCost, budget_cost
 from dpsql.store import Store, check_identifier
 
 if TYPE_CHECKING:
+    from dpsql.progress import Progress
     from dpsql.query.answer import Answer
+    from dpsql.release import Release
 
 
 class Session:
@@ -123,6 +125,32 @@ class Session:
         from dpsql.query.answer import run_statement
 
         return run_statement(self, text)
+
+    # -- releases -----------------------------------------------------------------------
+    def release(self, dataset: str, *, synthesizer: str, name: str,
+                epsilon: Number | None = None, delta: Number | None = None,
+                rho: Number | None = None, rows: int | None = None, copies: int = 1,
+                columns: Sequence[str] | None = None, seed: int | None = None,
+                replace: bool = False, progress: Progress | None = None,
+                **options: Any) -> Release:
+        """Release a DP synthetic table ``released.<name>`` of ``dataset`` (admins only).
+
+        Charges the ledger first, then fits, samples and writes the table with its
+        provenance in one transaction; ``options`` go to the synthesizer. See
+        :mod:`dpsql.release`.
+        """
+        from dpsql.release import release
+
+        return release(self, dataset, synthesizer, name=name, epsilon=epsilon, delta=delta,
+                       rho=rho, rows=rows, copies=copies, columns=columns, seed=seed,
+                       replace=replace, progress=progress, options=options)
+
+    def release_more(self, name: str, copies: int, *, seed: int | None = None,
+                     progress: Progress | None = None) -> Release:
+        """Append more copies to a resumable release, sampled from its DP state (no cost)."""
+        from dpsql.release import release_more
+
+        return release_more(self, name, copies, seed=seed, progress=progress)
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:

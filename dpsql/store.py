@@ -30,7 +30,7 @@ import pyarrow as pa
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.policy import Policy
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -71,6 +71,12 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         """CREATE TABLE dpsql.credentials (
             user_name VARCHAR PRIMARY KEY, verifier VARCHAR NOT NULL,
             created_at TIMESTAMP NOT NULL)""",
+    ]),
+    # The DP state of resumable releases (more copies later at no privacy cost).
+    (2, [
+        """CREATE TABLE dpsql.release_states (
+            release_id VARCHAR PRIMARY KEY, synthesizer VARCHAR NOT NULL,
+            state VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL)""",
     ]),
 ]
 

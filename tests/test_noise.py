@@ -2,8 +2,8 @@
 
 The samplers read the OS CSPRNG on purpose and cannot be seeded. To keep the
 statistical tests reproducible, an autouse fixture swaps the private entropy
-source for a PCG64 byte stream seeded from the test id; tests marked
-``os_entropy`` keep the real source (buffering, locking, fork safety, and one
+source for a PCG64 byte stream seeded from the test id; tests that request
+the ``os_entropy`` fixture keep the real source (buffering, locking, fork safety, and one
 goodness-of-fit check per sampler on real OS bytes).
 
 Every statistical check states its false-positive rate (the probability that a
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,31 +49,23 @@ class SeededEntropy:
         return self._rng.bytes(nbytes)
 
 
+@pytest.fixture
+def os_entropy() -> None:
+    """Request this to keep the real OS entropy source in a test."""
+
+
 @pytest.fixture(autouse=True)
 def seeded_entropy(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.node.get_closest_marker("os_entropy"):
+    if "os_entropy" in request.fixturenames:
         return
     seed = int.from_bytes(hashlib.sha256(request.node.nodeid.encode()).digest()[:8], "little")
     monkeypatch.setattr(_exact, "ENTROPY", SeededEntropy(seed))
 
 
-def pytest_configure(config: pytest.Config) -> None:  # pragma: no cover - registered below
-    pass
-
-
-os_entropy = pytest.mark.usefixtures()  # placeholder so the name reads well below
-
-
-def real_os_entropy(fn: Callable[..., None]) -> Callable[..., None]:
-    """Run ``fn`` with the real OS entropy source (not the seeded stand-in)."""
-    fn.pytestmark = [*getattr(fn, "pytestmark", []), pytest.mark.os_entropy]  # type: ignore[attr-defined]
-    return fn
-
-
 # --------------------------------------------------------------------------- reference laws
 
 
-def laplace_cdf(k: np.ndarray, scale: float) -> np.ndarray:
+def laplace_cdf(k: npt.ArrayLike, scale: float) -> np.ndarray:
     """P(Z <= k) for the discrete Laplace, closed form (accurate in both tails)."""
     k = np.asarray(k, dtype=np.float64)
     r = math.exp(-1 / scale)
@@ -81,25 +74,21 @@ def laplace_cdf(k: np.ndarray, scale: float) -> np.ndarray:
     return np.where(k < 0, low, high)
 
 
-def gaussian_pmf(z: np.ndarray, sigma2: float) -> np.ndarray:
+def gaussian_pmf(z: npt.ArrayLike, sigma2: float) -> np.ndarray:
     zmax = math.ceil(40 * math.sqrt(sigma2)) + 10
     support = np.arange(-zmax, zmax + 1, dtype=np.float64)
     total = np.exp(-(support**2) / (2 * sigma2)).sum()
     return np.exp(-(np.asarray(z, dtype=np.float64) ** 2) / (2 * sigma2)) / total
 
 
-def gaussian_cdf(k: np.ndarray, sigma2: float) -> np.ndarray:
+def gaussian_cdf(k: npt.ArrayLike, sigma2: float) -> np.ndarray:
+    """P(Z <= k) from the summed pmf, using symmetry so both tails keep their precision."""
     zmax = math.ceil(40 * math.sqrt(sigma2)) + 10
-    support = np.arange(-zmax, zmax + 1)
-    pmf = gaussian_pmf(support, sigma2)
-    # sum from the nearer tail so small probabilities keep their precision
-    lower = np.cumsum(pmf)
-    upper = np.cumsum(pmf[::-1])[::-1]  # P(Z >= support[i])
-    k = np.clip(np.asarray(k), -zmax - 1, zmax)
-    idx = k + zmax
+    lower = np.cumsum(gaussian_pmf(np.arange(-zmax, 1), sigma2))  # P(Z <= i - zmax)
+    k = np.asarray(k)
+    idx = np.where(k < 0, k, -k - 1) + zmax
     below = np.where(idx >= 0, lower[np.clip(idx, 0, None)], 0.0)
-    above = np.where(idx + 1 <= 2 * zmax, upper[np.clip(idx + 1, None, 2 * zmax)], 0.0)
-    return np.where(k < 0, below, 1 - above)
+    return np.where(k < 0, below, 1 - below)
 
 
 def laplace_law(scale: float) -> Callable[[np.ndarray], np.ndarray]:
@@ -114,25 +103,27 @@ def gaussian_law(sigma2: float) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def make_bins(cdf: Callable[[np.ndarray], np.ndarray], lo: int, hi: int, n: int) -> np.ndarray:
-    """Upper bin edges u_0 < ... (bins (-inf,u_0], (u_0,u_1], ..., (u_last, inf)), ~equiprobable."""
+    """Upper bin edges u_0 < ... (bins (-inf,u_0], (u_0,u_1], ..., (u_last, inf)), ~equiprobable.
+
+    Bins whose expected count under ``n`` draws is below MIN_EXPECTED are merged.
+    """
     support = np.arange(lo, hi + 1)
     c = cdf(support)
     edges = np.unique(support[np.searchsorted(c, np.arange(1, TARGET_BINS) / TARGET_BINS)])
     edges = edges[edges < hi]
-    while True:
+    while edges.size > 1:
         p = bin_probs(cdf, edges)
-        if edges.size == 0 or p.min() * n >= MIN_EXPECTED:
-            return edges
+        if p.min() * n >= MIN_EXPECTED:
+            break
         i = int(np.argmin(p))  # merge the thinnest bin into a neighbour by dropping an edge
         edges = np.delete(edges, min(i, edges.size - 1))
+    return edges
 
 
 def bin_probs(cdf: Callable[[np.ndarray], np.ndarray], edges: np.ndarray) -> np.ndarray:
     c = cdf(edges)
     upper_tail = cdf(-edges[-1:] - 1)  # P(Z > u) = P(Z <= -u-1) by symmetry
-    return np.diff(np.concatenate(([0.0], c[:-1], [c[-1]], [1.0])) * 0 + 0) if False else (
-        np.concatenate(([c[0]], np.diff(c), upper_tail))
-    )
+    return np.concatenate(([c[0]], np.diff(c), upper_tail))
 
 
 def chi2_gof(
@@ -187,8 +178,26 @@ def _uniform_bins(m: int, bins: int = 100) -> tuple[int, np.ndarray]:
 
 @pytest.mark.parametrize(
     "m",
-    [2, 3, 5, 7, 10, 17, 100, 255, 256, 257, 1000, 4097, 65537, 2**28 + 3, 2**33, 2**40 + 3,
-     3 * 2**61, 2**63 - 1],
+    [
+        2,
+        3,
+        5,
+        7,
+        10,
+        17,
+        100,
+        255,
+        256,
+        257,
+        1000,
+        4097,
+        65537,
+        2**28 + 3,
+        2**33,
+        2**40 + 3,
+        3 * 2**61,
+        2**63 - 1,
+    ],
 )
 def test_uniform_below_is_uniform(m: int) -> None:
     x = _exact.uniform_below(m, N_DRAWS)
@@ -317,22 +326,25 @@ def test_discrete_gaussian_check_rejects_wrong_scale(sigma: float, factor: float
     assert stat > threshold
 
 
-@pytest.mark.parametrize("d_max", [16, 40], ids=["all_far_python", "far_vectorized_first"])
+@pytest.mark.parametrize("d_max", [16, 17, 30], ids=["q_far_0", "q_far_1", "q_far_3"])
 def test_discrete_gaussian_overflow_path(d_max: int) -> None:
-    # sigma^2 = 9 = t * c_num / c_den with t = 4, c = 9/4; den = 288. A tiny d_max
-    # sends |Y| >= 7 (resp. 13) through the path that real parameters use only
-    # for d^2 >= 2**63: with d_max = 16 no trials are known in advance.
+    # sigma^2 = 9 = t * c_num / c_den with t = 4, c = 9/4, so den = 288 and
+    # d = 4|Y| - 9. A tiny d_max sends |Y| >= a_far through the path that real
+    # parameters take only when d^2 >= 2**63: q_far = d_max^2 // den exp(-1)
+    # trials vectorized, the rest in Python ints.
     n = 50_000
     draws = _exact.discrete_gaussian(4, 9, 4, n, d_max=d_max)
     stat, threshold, _, _ = chi2_gof(draws, gaussian_law(9.0), gaussian_span(3))
     assert stat <= threshold
+    a_far = (9 + d_max) // 4 + 1
+    p_far = float(2 * (1 - gaussian_cdf(a_far - 1, 9.0)))
+    assert binomial_ok(int((np.abs(draws) >= a_far).sum()), n, p_far)
 
 
 # --------------------------------------------------------------------------- real OS entropy
 
 
-@real_os_entropy
-def test_os_entropy_laplace_and_gaussian_fit() -> None:
+def test_os_entropy_laplace_and_gaussian_fit(os_entropy: None) -> None:
     lap = noise.discrete_laplace(10, N_DRAWS)
     stat, threshold, _, _ = chi2_gof(lap, laplace_law(10), laplace_span(10))
     assert stat <= threshold
@@ -341,8 +353,7 @@ def test_os_entropy_laplace_and_gaussian_fit() -> None:
     assert stat <= threshold
 
 
-@real_os_entropy
-def test_entropy_is_never_handed_out_twice_across_threads() -> None:
+def test_entropy_is_never_handed_out_twice_across_threads(os_entropy: None) -> None:
     # 8 threads x 200 calls x 500 64-bit words. Equal words among 800k uniform
     # 64-bit values happen with probability < 800_000**2 / 2**65 < 2e-8.
     chunks: list[np.ndarray] = []
@@ -363,9 +374,8 @@ def test_entropy_is_never_handed_out_twice_across_threads() -> None:
     assert np.unique(allw).size == allw.size
 
 
-@real_os_entropy
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_forked_child_does_not_replay_parent_entropy() -> None:
+def test_forked_child_does_not_replay_parent_entropy(os_entropy: None) -> None:
     _exact.words(8, 1)  # make sure the parent holds a partly used buffer
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -424,8 +434,10 @@ def opendp_draws() -> Callable[[str, float, int], np.ndarray]:
 def two_sample_chi2(a: np.ndarray, b: np.ndarray, edges: np.ndarray) -> tuple[float, float]:
     """Chi-square homogeneity statistic of two samples on shared bins, and its threshold."""
     table = np.stack(
-        [np.bincount(np.searchsorted(edges, x, side="left"), minlength=edges.size + 1)
-         for x in (a, b)]
+        [
+            np.bincount(np.searchsorted(edges, x, side="left"), minlength=edges.size + 1)
+            for x in (a, b)
+        ]
     )
     table = table[:, table.sum(axis=0) > 0]
     res = stats.chi2_contingency(table, correction=False)
@@ -435,8 +447,9 @@ def two_sample_chi2(a: np.ndarray, b: np.ndarray, edges: np.ndarray) -> tuple[fl
 OPENDP_N = 100_000
 
 
-@pytest.mark.parametrize(("kind", "scale"), [("laplace", 0.5), ("laplace", 20.0),
-                                            ("gaussian", 0.7), ("gaussian", 20.0)])
+@pytest.mark.parametrize(
+    ("kind", "scale"), [("laplace", 0.5), ("laplace", 20.0), ("gaussian", 0.7), ("gaussian", 20.0)]
+)
 def test_matches_opendp(opendp_draws: Callable[..., np.ndarray], kind: str, scale: float) -> None:
     theirs = opendp_draws(kind, scale, OPENDP_N)
     if kind == "laplace":
@@ -477,11 +490,70 @@ def test_used_gaussian_sigma2_rounds_up_tightly(x: float) -> None:
     assert used <= Fraction(x) * (1 + Fraction(1, 2**20))
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.floats(min_value=2**-20, max_value=2.5e15, allow_nan=False),
+        st.fractions(min_value=Fraction(1, 2**20), max_value=10**12, max_denominator=10**15),
+    )
+)
+def test_used_values_are_fixed_points(x: float | Fraction) -> None:
+    # callers record used_*(x) and may pass it back in: it must not be rounded again
+    if x <= noise.MAX_LAPLACE_SCALE:
+        scale = noise.used_laplace_scale(x)
+        assert noise.used_laplace_scale(scale) == scale
+    sigma2 = noise.used_gaussian_sigma2(x)
+    assert noise.used_gaussian_sigma2(sigma2) == sigma2
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        # just below (8475.5)^2: rounding c up moves round(sigma) from 8475 to 8476, and
+        # the first representation's value is not one of the second's
+        Fraction(71834100.18688858),
+        Fraction(14580942.246843813),
+        *(Fraction(s) ** 2 * (1 - Fraction(1, 2**22)) for s in (1.5, 2.5, 1000.5, 5e7 - 0.5)),
+    ],
+    ids=str,
+)
+def test_used_sigma2_is_a_fixed_point_where_t_steps(x: Fraction) -> None:
+    used = noise.used_gaussian_sigma2(x)
+    assert x <= used <= x * (1 + Fraction(1, 2**20))
+    assert noise.used_gaussian_sigma2(used) == used
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.fractions(min_value=Fraction(1, 2**16), max_value=10**6))
 def test_used_values_round_up_for_fractions(x: Fraction) -> None:
     assert x <= noise.used_laplace_scale(x) <= x * (1 + Fraction(1, 2**20))
     assert x <= noise.used_gaussian_sigma2(x) <= x * (1 + Fraction(1, 2**20))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(
+        st.floats(min_value=2**-20, max_value=2**40, allow_nan=False),
+        st.fractions(min_value=Fraction(1, 2**20), max_value=2**40, max_denominator=10**15),
+    )
+)
+def test_laplace_sampler_runs_for_every_valid_scale(x: float | Fraction) -> None:
+    draws = noise.discrete_laplace(x, 50)  # InternalError if a representation overflowed
+    assert draws.dtype == np.int64
+    assert draws.shape == (50,)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(
+        st.floats(min_value=2**-20, max_value=2.5e15, allow_nan=False),
+        st.fractions(min_value=Fraction(1, 2**20), max_value=10**12, max_denominator=10**15),
+    )
+)
+def test_gaussian_sampler_runs_for_every_valid_sigma2(x: float | Fraction) -> None:
+    draws = noise.discrete_gaussian(x, 50)
+    assert draws.dtype == np.int64
+    assert draws.shape == (50,)
 
 
 @pytest.mark.parametrize(
@@ -564,7 +636,7 @@ def test_zero_size() -> None:
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint64])
 def test_add_noise_keeps_shape_and_returns_int64(dtype: type) -> None:
-    counts = np.arange(12, dtype=dtype).reshape(3, 4)
+    counts: np.ndarray = np.arange(12, dtype=dtype).reshape(3, 4)
     for out in (noise.add_discrete_laplace(counts, 2), noise.add_discrete_gaussian(counts, 4)):
         assert out.shape == (3, 4)
         assert out.dtype == np.int64
@@ -675,7 +747,9 @@ CONFIDENCES = [0.5, 0.9, 0.95, 0.99, 0.999999]
     [("discrete_laplace", s) for s in (0.3, 1, 10, 1000)]
     + [("discrete_gaussian", s) for s in (0.5, 3, 200, 5000)],
 )
-def test_ci_halfwidth_is_smallest_covering_k(mechanism: str, scale: float, confidence: float) -> None:
+def test_ci_halfwidth_is_smallest_covering_k(
+    mechanism: str, scale: float, confidence: float
+) -> None:
     k = noise.ci_halfwidth(mechanism, scale, confidence)
     assert k == int(k) >= 0
     assert exact_coverage(mechanism, scale, int(k)) >= confidence
@@ -702,7 +776,9 @@ def test_gaussian_ci_normal_fallback_agrees_with_pmf_sum() -> None:
 
 
 @pytest.mark.parametrize("confidence", [0.9, 0.99])
-@pytest.mark.parametrize(("mechanism", "scale"), [("discrete_laplace", 3.0), ("discrete_gaussian", 3.0)])
+@pytest.mark.parametrize(
+    ("mechanism", "scale"), [("discrete_laplace", 3.0), ("discrete_gaussian", 3.0)]
+)
 def test_ci_empirical_coverage(mechanism: str, scale: float, confidence: float) -> None:
     k = noise.ci_halfwidth(mechanism, scale, confidence)
     if mechanism == "discrete_laplace":
@@ -712,7 +788,10 @@ def test_ci_empirical_coverage(mechanism: str, scale: float, confidence: float) 
     inside = int((np.abs(draws) <= k).sum())
     assert binomial_ok(inside, N_DRAWS, exact_coverage(mechanism, scale, int(k)))
     # and never significantly below the promised confidence (one-sided, same rate)
-    assert stats.binomtest(inside, N_DRAWS, confidence, alternative="less").pvalue >= FALSE_POSITIVE_RATE
+    assert (
+        stats.binomtest(inside, N_DRAWS, confidence, alternative="less").pvalue
+        >= FALSE_POSITIVE_RATE
+    )
 
 
 @pytest.mark.parametrize(
@@ -746,8 +825,13 @@ def test_std_large_scales() -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [("laplace", 1.0, 0.9), ("discrete_laplace", 0.0, 0.9), ("discrete_laplace", 1.0, 1.0),
-     ("discrete_gaussian", 1.0, 0.0), ("discrete_gaussian", float("nan"), 0.9)],
+    [
+        ("laplace", 1.0, 0.9),
+        ("discrete_laplace", 0.0, 0.9),
+        ("discrete_laplace", 1.0, 1.0),
+        ("discrete_gaussian", 1.0, 0.0),
+        ("discrete_gaussian", float("nan"), 0.9),
+    ],
     ids=["bad_mechanism", "zero_scale", "confidence_one", "confidence_zero", "nan_scale"],
 )
 def test_ci_halfwidth_rejects_bad_arguments(args: tuple[str, float, float]) -> None:

@@ -1,1 +1,1 @@
-"""Analyses analysts run on released synthetic data (Rubin's rules, ...)."""
+"""What analysts and admins run on released data: fidelity reports, Rubin's combining rules."""

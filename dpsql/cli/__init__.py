@@ -17,7 +17,11 @@ from dpsql.errors import DPSQLError
 
 
 def _load_commands() -> None:
-    from dpsql.cli import admin, demo  # noqa: F401  (registers commands)
+    from dpsql.cli import (  # noqa: F401  (registers commands)
+        admin,
+        demo,
+        release,
+    )
 
 
 def main() -> None:

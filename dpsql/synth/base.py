@@ -13,7 +13,7 @@ import dataclasses
 import typing
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import duckdb
 import numpy as np
@@ -64,15 +64,16 @@ class Resumable(Protocol):
         ...
 
 
-Factory = Callable[..., Synthesizer]
+Factory = Callable[..., Any]  # a Synthesizer class (or a function returning one)
+F = TypeVar("F", bound=Factory)
 _registry: dict[str, Factory] = {}
 _entry_points_loaded = False
 
 
-def register(name: str) -> Callable[[Factory], Factory]:
+def register(name: str) -> Callable[[F], F]:
     """Class decorator: make a synthesizer available as ``get(name)``."""
 
-    def add(factory: Factory) -> Factory:
+    def add(factory: F) -> F:
         _registry[name] = factory
         return factory
 
@@ -98,6 +99,7 @@ def _load_builtin() -> None:
 # Modules that register built-in synthesizers when imported.
 BUILTIN_MODULES: list[str] = [
     "dpsql.synth.histogram",
+    "dpsql.synth.range_tree",
     "dpsql.synth.sds",
     "dpsql.synth.napsu_mq",
     "dpsql.synth.modp",
@@ -122,7 +124,8 @@ def get(name: str, **options: Any) -> Synthesizer:
         raise ConfigurationError(f"unknown synthesizer {name!r}{hint} (available: "
                                  f"{', '.join(sorted(_registry))}){extra}")
     factory = _registry[name]
-    return factory(**convert_options(factory, options))
+    synthesizer: Synthesizer = factory(**convert_options(factory, options))
+    return synthesizer
 
 
 def convert_options(factory: Factory, options: dict[str, Any]) -> dict[str, Any]:

@@ -112,13 +112,18 @@ def measure_marginals(source: duckdb.DuckDBPyRelation, domain: Domain,
     parts = budget.split(list(shares) if shares is not None else [1] * len(marginals))
     exact = count_marginals(source, domain, marginals)
     return [
-        _noisy(tuple(m), counts, part, domain.max_rows)
-        for m, counts, part in zip(marginals, exact, parts, strict=False)
+        measure_counts(tuple(m), counts, part, domain.max_rows)
+        for m, counts, part in zip(marginals, exact, parts, strict=True)
     ]
 
 
-def _noisy(columns: tuple[str, ...], counts: np.ndarray, cost: PrivacyCost,
-           sensitivity: int) -> Measurement:
+def measure_counts(columns: tuple[str, ...], counts: np.ndarray, cost: PrivacyCost,
+                   sensitivity: int) -> Measurement:
+    """Noise one vector of exact counts whose L1 and L2 sensitivity is ``sensitivity``.
+
+    Privacy: discrete Laplace (pure) or discrete Gaussian (zCDP) calibrated to
+    ``cost``; the returned measurement's cost is at most ``cost``.
+    """
     flat = counts.reshape(-1)
     if cost.kind == "pure":
         lap = LaplaceMechanism.calibrate(sensitivity, cost)

@@ -1,0 +1,194 @@
+"""Fidelity and speed of every registered synthesizer, next to the bootstrap ideal.
+
+Datasets (the full files under ../shared/data):
+- adult: the 10 Adult columns of the NAPSU-MQ paper (age and hours-per-week in 5
+  buckets, capital gain/loss as "positive or not"), 48,842 rows;
+- acs: every column of the NIST ACS excerpt national2019.csv (policies/acs.yaml),
+  27,253 rows.
+
+For each synthesizer, epsilon and seed: fit on the bounded source (zCDP, delta
+1e-6), sample as many rows as the synthesizer estimates, and score all 1-way and
+2-way crosstab cells (dpsql.analysis.fidelity). Prints the mean (and sd over
+seeds) of the 2-way workload error, the median log discrepancy d, and median
+fit and sample times. Synthesizers that refuse (e.g. a joint table too large)
+say why; representations that are not rows (range) are skipped. New
+synthesizers appear here by registering.
+
+    python benchmarks/synth_quality.py                  # everything (slow synthesizers too)
+    python benchmarks/synth_quality.py --synth independent,joint --seeds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import peak_rss_mb, print_table
+
+import dpsql
+from dpsql import synth
+from dpsql.analysis.fidelity import bootstrap_ideal, fetch_codes, score
+from dpsql.domain import Domain
+from dpsql.errors import DPSQLError
+from dpsql.privacy import budget_cost
+from dpsql.source import bounded_relation, bounded_sql
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+if not SHARED.exists():
+    SHARED = Path("/work/shared/data")
+DELTA = 1e-6
+
+ADULT_POLICY = """version: 1
+accounting: zcdp
+delta: 1.0e-6
+datasets:
+  adult:
+    table: adult
+    budget: {epsilon: .inf}
+    columns:
+      age: {type: integer, bounds: [0, 84], bins: [0, 17, 34, 51, 68, 84]}
+      workclass: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8]}
+      education_num: {type: integer, bounds: [0, 15], bins: 1}
+      marital_status: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6]}
+      race: {type: categorical, values: [0, 1, 2, 3, 4]}
+      sex: {type: categorical, values: [0, 1]}
+      capital_gain: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
+      capital_loss: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
+      hours_per_week: {type: integer, bounds: [0, 98], bins: [0, 20, 40, 60, 80, 98]}
+      income_50k: {type: categorical, values: [0, 1]}
+    synthesizers: [%s]
+    allow_non_dp: true
+users:
+  admin: {role: admin, budgets: {adult: {epsilon: .inf}}}
+"""
+
+
+def _acs_policy(names: list[str]) -> str:
+    text = (ROOT / "policies" / "acs.yaml").read_text()
+    text = text.replace("budget: {epsilon: 10}", "budget: {epsilon: .inf}")
+    text = text.replace("acs: {epsilon: 8}", "acs: {epsilon: .inf}")
+    text = text.replace("acs: {epsilon: 2}", "acs: {epsilon: 1}")
+    text = text.replace("synthesizers: [independent, joint, range, sds, napsu_mq, modp]",
+                        f"synthesizers: [{', '.join(names)}]")
+    return text.replace("allow_non_dp: false", "allow_non_dp: true")
+
+
+def build_store(directory: Path, dataset: str, names: list[str]) -> Path:
+    """A store holding one dataset with an unbounded admin budget."""
+    policy = directory / f"{dataset}.yaml"
+    path = directory / f"{dataset}.duckdb"
+    if dataset == "adult":
+        policy.write_text(ADULT_POLICY % ", ".join(names))
+        store, _ = dpsql.init(path, policy, {"adult": SHARED / "adult" / "adult.csv"})
+    else:
+        policy.write_text(_acs_policy(names))
+        store, _ = dpsql.init(path, policy, {"acs": SHARED / "acs" / "national2019.csv"}, na="N")
+    store.close()
+    return path
+
+
+def run_one(name: str, source: Any, domain: Domain, epsilon: float, seed: int,
+            true_codes: np.ndarray) -> dict[str, Any]:
+    """Fit, sample and score one synthesizer once."""
+    synthesizer = synth.get(name)
+    if getattr(synthesizer, "output", "rows") != "rows":
+        return {"skip": "counts, not rows: benchmarks/range_queries.py"}
+    cost = budget_cost("zcdp", epsilon=epsilon, delta=DELTA)
+    rng = np.random.default_rng(seed)
+    try:
+        check = getattr(synthesizer, "check", None)
+        if callable(check):
+            check(domain, cost)
+        start = time.perf_counter()
+        fitted = synthesizer.fit(source, domain, cost, rng)
+        fit_s = time.perf_counter() - start
+        start = time.perf_counter()
+        sample = fitted.sample(int(fitted.rows), rng)
+        sample_s = time.perf_counter() - start
+    except DPSQLError as err:
+        reason = str(err).split(";")[0]
+        if "cells" in reason:  # keep the size, drop the column list
+            reason = reason[reason.index(" has ") + 5:]
+        return {"skip": f"refused: {reason}"}
+    codes = np.stack([sample.column(n).to_numpy() for n in domain.names], axis=1)
+    summary = score(true_codes, codes, domain.shape).summary()
+    return {"workload": summary["workload_error"], "median_d": summary["median_d"],
+            "fit_s": fit_s, "sample_s": sample_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", default="adult,acs")
+    parser.add_argument("--epsilons", default="0.3,1,3")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--synth", default=None, help="comma-separated (default: all)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    names = args.synth.split(",") if args.synth else synth.available()
+    epsilons = [float(e) for e in args.epsilons.split(",")]
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="dpsql-bench-") as tmp:
+        for dataset in args.datasets.split(","):
+            path = build_store(Path(tmp), dataset, names)
+            with dpsql.connect(path, "admin") as admin:
+                ds = admin.policy.dataset(dataset)
+                domain = Domain.from_dataset(ds)
+                source = bounded_relation(admin.store, ds)
+                true = fetch_codes(admin.store.cursor(),
+                                   domain.encode_sql(bounded_sql(ds, admin.store.secret)),
+                                   list(domain.names))
+                ideal = [bootstrap_ideal(true, domain.shape, np.random.default_rng(s)).summary()
+                         for s in range(args.seeds)]
+                rows.append(_row(dataset, "bootstrap ideal", None,
+                                 [{"workload": i["workload_error"], "median_d": i["median_d"]}
+                                  for i in ideal]))
+                for name in names:
+                    dp = bool(getattr(synth.get(name), "is_dp", True))
+                    rows_only = getattr(synth.get(name), "output", "rows") == "rows"
+                    for epsilon in epsilons if dp and rows_only else [epsilons[0]]:
+                        results = [run_one(name, source, domain, epsilon, seed, true)
+                                   for seed in range(args.seeds)]
+                        rows.append(_row(dataset, name if dp else f"{name} (not DP)",
+                                         epsilon if dp and rows_only else None, results))
+                        print(f"  done {dataset} {name} eps={epsilon}", file=sys.stderr,
+                              flush=True)
+    print_table(rows, args.json)
+    if not args.json:
+        print(f"\n{args.seeds} seeds each; zCDP at delta={DELTA:g}; workload error = mean over "
+              "2-way marginals of half the L1 distance; median d over all 1- and 2-way cells; "
+              f"peak memory {peak_rss_mb():.0f} MB")
+
+
+def _row(dataset: str, name: str, epsilon: float | None, results: list[dict[str, Any]]
+         ) -> dict[str, Any]:
+    row: dict[str, Any] = {"dataset": dataset, "synthesizer": name,
+                           "epsilon": "-" if epsilon is None else f"{epsilon:g}"}
+    skipped = [r["skip"] for r in results if "skip" in r]
+    if skipped:
+        return {**row, "workload_error": "-", "sd": "-", "median_d": "-", "fit_s": "-",
+                "sample_s": "-", "note": skipped[0]}
+    workload = [r["workload"] for r in results]
+    row["workload_error"] = statistics.fmean(workload)
+    row["sd"] = statistics.stdev(workload) if len(workload) > 1 else 0.0
+    row["median_d"] = statistics.fmean(r["median_d"] for r in results)
+    row["fit_s"] = statistics.median(r["fit_s"] for r in results) if "fit_s" in results[0] \
+        else "-"
+    row["sample_s"] = statistics.median(r["sample_s"] for r in results) \
+        if "sample_s" in results[0] else "-"
+    row["note"] = ""
+    return row
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""Release commands: release, releases list/show, export, evaluate, release-more."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
+from dpsql.cli.output import emit_json, heading, table
+from dpsql.errors import ConfigurationError
+from dpsql.provenance import cost_text
+from dpsql.release import Release
+from dpsql.session import connect
+
+
+class ProgressBar:
+    """Renders :class:`dpsql.progress.Progress` callbacks as a tqdm bar per stage (stderr).
+
+    Hidden when stderr is not a terminal or when ``enabled`` is false.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self._bar: Any = None
+        self._stage: str | None = None
+
+    def __call__(self, stage: str, done: float, total: float | None = None) -> None:
+        """Advance (or start) the bar of ``stage``."""
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        if stage != self._stage:
+            self.close()
+            self._stage = stage
+            self._bar = tqdm(total=total, desc=stage, leave=False, dynamic_ncols=True,
+                             file=sys.stderr, bar_format=None if total else "{desc}: {elapsed}")
+        bar = self._bar
+        if total is not None and bar.total != total:
+            bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    def close(self) -> None:
+        """Remove the current bar."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+            self._stage = None
+
+
+def _options(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"--option takes KEY=VALUE, got {value!r}")
+        out[key.strip()] = text.strip()
+    return out
+
+
+def _columns(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [c.strip() for c in value.split(",") if c.strip()]
+    if not names:
+        raise ConfigurationError("--columns needs at least one column name")
+    return names
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ",".join(_short(v) for v in value)
+    return str(value)
+
+
+def _print_release(result: Release, remaining: str | None) -> None:
+    record = result.record
+    if record["output"] == "representation":
+        shape = f"{record['rows']:,} rows of counts (query them with udfs.dp_range_count)"
+    else:
+        copies = record["copies"]
+        shape = (f"{record['rows']:,} rows" + (f" x {copies} copies (column _copy)"
+                                               if copies > 1 else ""))
+    click.echo(f"released {result.table}: {shape}, from {record['dataset']['name']} by "
+               f"{record['synthesizer']['name']}")
+    click.echo(f"  release id {result.release_id}; privacy: {record['privacy']}; charged "
+               f"{cost_text(record['cost']['charged'])}")
+    if remaining:
+        click.echo(f"  {record['released_by']} has {remaining} left on "
+                   f"{record['dataset']['name']}")
+    for product in record.get("products", []):
+        click.echo(f"  also released {product}")
+    for warning in result.warnings:
+        click.echo(click.style("warning: ", fg="yellow", bold=True) + warning, err=True)
+
+
+@cli.command("release")
+@click.argument("dataset")
+@click.option("--synth", "synthesizer", required=True, metavar="NAME",
+              help="The synthesizer (`dpsql releases synthesizers` lists them).")
+@click.option("--name", required=True, metavar="T", help="Write the table released.T.")
+@click.option("--epsilon", type=str, default=None,
+              help="Budget to spend, as epsilon (with --delta under zcdp; default delta: the "
+                   "policy's).")
+@click.option("--delta", type=str, default=None, help="Delta for --epsilon (zcdp policies).")
+@click.option("--rho", type=str, default=None, help="Budget to spend, as zCDP rho.")
+@click.option("--rows", type=int, default=None,
+              help="Rows per copy (default: the synthesizer's DP estimate of the row count).")
+@click.option("--copies", type=int, default=1, show_default=True,
+              help="Synthetic copies, told apart by a _copy column (for Rubin's rules).")
+@click.option("--columns", default=None, metavar="A,B,...",
+              help="Columns to synthesize (default: every column with a public domain).")
+@click.option("--seed", type=int, default=None,
+              help="Seed for sampling (recorded in the provenance; privacy noise never uses it).")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="A synthesizer option (repeatable), e.g. --option postprocess=project.")
+@click.option("--replace", is_flag=True,
+              help="Replace an existing release of that name (its provenance is kept, marked "
+                   "superseded).")
+@db_option
+@as_option
+@json_option
+def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
+                delta: str | None, rho: str | None, rows: int | None, copies: int,
+                columns: str | None, seed: int | None, options: tuple[str, ...], replace: bool,
+                db: str, actor: str | None, as_json: bool) -> None:
+    r"""Release a DP synthetic table of DATASET as released.T (administrators only).
+
+    The budget is charged before anything private is computed and is never
+    refunded, even if fitting fails; nothing is written unless the whole
+    release succeeds. Analysts then read released.T with any SQL, for free.
+
+    \b
+    Examples:
+      dpsql release adult --synth independent --epsilon 1 --name adult_ind
+      dpsql release adult --synth joint --epsilon 1 --columns age,sex,income_50k \\
+          --name adult_joint --copies 5
+      dpsql release adult --synth range --epsilon 0.5 --columns age --name age_ranges
+    """
+    bar = ProgressBar(enabled=not as_json)
+    with connect(db, default_actor(actor, db)) as session:
+        try:
+            result = session.release(dataset, synthesizer=synthesizer, name=name,
+                                     epsilon=epsilon, delta=delta, rho=rho, rows=rows,
+                                     copies=copies, columns=_columns(columns), seed=seed,
+                                     replace=replace, progress=bar, **_options(options))
+        finally:
+            bar.close()
+        standing = session.ledger.budget(session.user, dataset)
+        delta_policy = session.policy.delta
+    if as_json:
+        emit_json({"name": result.name, "table": result.table, "release_id": result.release_id,
+                   "record": result.record, "warnings": result.warnings,
+                   "remaining": standing.remaining.as_dict(delta_policy)})
+        return
+    _print_release(result, standing.remaining.describe(delta_policy, budget=True))
+
+
+@cli.command("release-more")
+@click.argument("name")
+@click.option("--copies", type=int, required=True, help="How many copies to add.")
+@click.option("--seed", type=int, default=None, help="Seed for sampling (recorded).")
+@db_option
+@as_option
+@json_option
+def release_more_cmd(name: str, copies: int, seed: int | None, db: str, actor: str | None,
+                     as_json: bool) -> None:
+    """Add copies to release NAME from its stored DP state, at no privacy cost.
+
+    Works for synthesizers that keep a state (independent, joint and others
+    that say so in `dpsql releases show`). New copies get the next _copy values.
+    """
+    bar = ProgressBar(enabled=not as_json)
+    with connect(db, default_actor(actor, db)) as session:
+        try:
+            result = session.release_more(name, copies, seed=seed, progress=bar)
+        finally:
+            bar.close()
+    if as_json:
+        emit_json({"name": name, "release_id": result.release_id, "record": result.record})
+        return
+    added = result.record["extensions"][-1]["copies"]
+    click.echo(f"added copies {added[0]}-{added[-1]} to released.{name} "
+               f"(now {result.record['copies']} copies of {result.record['rows']:,} rows); "
+               "no budget spent")
+
+
+@cli.group("releases")
+def releases_group() -> None:
+    """List released synthetic tables and show their provenance."""
+
+
+@releases_group.command("list")
+@click.option("--all", "include_all", is_flag=True, help="Include superseded releases.")
+@db_option
+@as_option
+@json_option
+def releases_list(include_all: bool, db: str, actor: str | None, as_json: bool) -> None:
+    """List releases (newest last) with their cost and shape."""
+    from dpsql.provenance import releases
+
+    with connect(db, default_actor(actor, db)) as session:
+        rows = releases(session.store, include_superseded=include_all)
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        click.echo("no releases yet; make one with: dpsql release DATASET --synth independent "
+                   "--epsilon 1 --name T")
+        return
+    body = []
+    for r in rows:
+        rec = r["record"]
+        body.append([r["name"], r["dataset"], r["synthesizer"], r["privacy"],
+                     f"{rec['rows']:,}", rec["copies"], cost_text(rec["cost"]["charged"]),
+                     r["released_by"], r["released_at"]]
+                    + ([r["superseded_by"] or ""] if include_all else []))
+    headers = ["name", "dataset", "synthesizer", "privacy", "rows", "copies", "cost", "by", "at"]
+    click.echo(table(body, headers + (["superseded by"] if include_all else []),
+                     right=[4, 5]))
+
+
+@releases_group.command("synthesizers")
+@json_option
+def releases_synthesizers(as_json: bool) -> None:
+    """List the registered synthesizers (a policy still decides which a dataset allows)."""
+    from dpsql import synth
+
+    rows = []
+    for name in synth.available():
+        factory = synth.base._registry[name]
+        doc = (factory.__doc__ or "").strip().splitlines()
+        rows.append({"name": name, "dp": bool(getattr(factory, "is_dp", True)),
+                     "output": getattr(factory, "output", "rows"),
+                     "summary": doc[0] if doc else ""})
+    if as_json:
+        emit_json(rows)
+        return
+    click.echo(table([[r["name"], "dp" if r["dp"] else "not DP", r["output"], r["summary"]]
+                      for r in rows], ["name", "privacy", "output", "what it does"]))
+
+
+@releases_group.command("show")
+@click.argument("name")
+@db_option
+@as_option
+@json_option
+def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
+    """Show the provenance of release NAME (pretty, or the full record with --json)."""
+    from dpsql.provenance import find
+
+    with connect(db, default_actor(actor, db)) as session:
+        entry = find(session.store, name)
+    if as_json:
+        emit_json(entry)
+        return
+    rec = entry["record"]
+    facts = [
+        ("table", rec["table"]), ("release id", rec["release_id"]),
+        ("dataset", f"{rec['dataset']['name']} (table {rec['dataset']['table']}, fingerprint "
+                    f"{rec['dataset']['fingerprint']})"),
+        ("privacy unit", f"{rec['dataset']['privacy_unit']}, at most "
+                         f"{rec['dataset']['max_rows']} row(s) each"),
+        ("policy", rec["policy_fingerprint"]),
+        ("synthesizer", f"{rec['synthesizer']['name']} {rec['synthesizer']['version']} "
+                        f"({rec['synthesizer']['module']})"),
+        ("options", ", ".join(f"{k}={v}" for k, v in rec["synthesizer"]["options"].items())
+         or "(defaults)"),
+        ("parameters", ", ".join(f"{k}={v}" for k, v in rec["parameters"].items())),
+        ("privacy", rec["privacy"]),
+        ("cost charged", cost_text(rec["cost"]["charged"])),
+        ("cost spent", cost_text(rec["cost"]["spent"])),
+        ("columns", ", ".join(rec["columns"])),
+        ("rows", f"{rec['rows']:,} x {rec['copies']} copies" if rec["output"] == "rows"
+         else f"{rec['rows']:,} rows of counts"),
+        ("seed", f"{rec['seed']['value']} ({rec['seed']['source']})"),
+        ("products", ", ".join(rec.get("products", [])) or "none"),
+        ("resumable", "yes (dpsql release-more)" if rec.get("resumable") else "no"),
+        ("released", f"by {rec['released_by']} at {rec['released_at'][:19]}"),
+    ]
+    for ext in rec.get("extensions", []):
+        facts.append(("more copies", f"{ext['copies'][0]}-{ext['copies'][-1]} by {ext['by']} "
+                                     f"at {ext['at']}"))
+    if entry["superseded_by"]:
+        facts.append(("superseded by", entry["superseded_by"]))
+    width = max(len(k) for k, _ in facts)
+    for key, value in facts:
+        click.echo(f"{key.ljust(width)}  {value}")
+    measurements = rec.get("measurements", [])
+    if measurements:
+        click.echo()
+        click.echo(heading("measurements"))
+        click.echo(table([[", ".join(m.get("columns", [])) or "(row count)", m.get("cells", ""),
+                           m.get("mechanism", ""), m.get("scale", ""),
+                           cost_text(m["cost"]) if isinstance(m.get("cost"), dict) else ""]
+                          for m in measurements],
+                         ["columns", "cells", "mechanism", "scale", "cost"], right=[1, 3]))
+    diagnostics = {k: v for k, v in rec.get("diagnostics", {}).items() if k != "warnings"}
+    if diagnostics:
+        click.echo()
+        click.echo(heading("diagnostics"))
+        for key, value in diagnostics.items():
+            if isinstance(value, list) and all(isinstance(v, dict) for v in value):
+                click.echo(f"  {key}:")
+                for item in value:
+                    click.echo("    " + ", ".join(f"{k}={_short(v)}" for k, v in item.items()))
+            elif isinstance(value, dict):
+                click.echo(f"  {key}: " + ", ".join(f"{k}={_short(v)}" for k, v in value.items()))
+            else:
+                click.echo(f"  {key}: {_short(value)}")
+    for warning in rec.get("diagnostics", {}).get("warnings", []):
+        click.echo(click.style("warning: ", fg="yellow", bold=True) + warning)
+
+
+@cli.command("export")
+@click.argument("name")
+@click.argument("out", type=click.Path(dir_okay=False))
+@db_option
+@as_option
+@json_option
+def export_cmd(name: str, out: str, db: str, actor: str | None, as_json: bool) -> None:
+    """Write released table NAME to OUT (.parquet) with its provenance in the file metadata.
+
+    The provenance record is the Parquet key-value metadata entry
+    "dpsql.provenance" (JSON); pyarrow.parquet.read_schema(OUT).metadata reads it.
+    """
+    from dpsql.provenance import export
+
+    with connect(db, default_actor(actor, db)) as session:
+        info = export(session.store, name, out)
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"wrote {info['path']}: {info['rows']:,} rows of released.{name}, provenance in "
+               "the Parquet metadata key dpsql.provenance")
+
+
+@cli.command("evaluate")
+@click.argument("name")
+@click.option("--copy", "copy_number", type=int, default=None,
+              help="Which synthetic copy to score (default: the first).")
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Directory for report.html and its PNG figures (default: NAME_report).")
+@click.option("--no-report", is_flag=True, help="Print the table only; write no HTML report.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the bootstrap resample (the ideal).")
+@db_option
+@as_option
+@json_option
+def evaluate_cmd(name: str, copy_number: int | None, out: str | None, no_report: bool,
+                 seed: int, db: str, actor: str | None, as_json: bool) -> None:
+    """Score release NAME against the real data, next to the bootstrap ideal.
+
+    NOT differentially private: it reads the real rows, so only administrators
+    may run it, each run is audited, and its output must stay with them.
+    Scores every 1-way and 2-way crosstab cell by log discrepancy, z and the
+    blended figure of merit (MODP, sec. 5), plus the 2-way workload error.
+    """
+    from dpsql.analysis.fidelity import evaluate_release
+    from dpsql.analysis.report import METRICS, write_report
+
+    with connect(db, default_actor(actor, db)) as session:
+        evaluation = evaluate_release(session, name, copy=copy_number, seed=seed)
+    paths = {} if no_report else write_report(evaluation, Path(out or f"{name}_report"))
+    if as_json:
+        emit_json({**evaluation.as_dict(), "report": str(paths["html"]) if paths else None})
+        return
+    synthetic, ideal = evaluation.synthetic.summary(), evaluation.ideal.summary()
+    click.echo(heading(f"fidelity of released.{name} (NOT DP: computed from the real data)"))
+    click.echo(table([[label, f"{synthetic[key]:.4f}", f"{ideal[key]:.4f}"]
+                      for key, label in METRICS],
+                     ["measure", "release", "bootstrap ideal"], right=[1, 2]))
+    click.echo(f"{int(synthetic['cells']):,} crosstab cells; "
+               f"{evaluation.synthetic.rows_synthetic:,} synthetic vs "
+               f"{evaluation.synthetic.rows_true:,} true rows")
+    if paths:
+        click.echo(f"report: {paths['html']}")

@@ -1,0 +1,231 @@
+"""The provenance record of a release: what, how, from what, at what privacy cost.
+
+One JSON record per release, stored in ``dpsql.releases`` (in the same
+transaction as the table), in the table's COMMENT, and in the Parquet
+key-value metadata of an export. It holds public facts (policy, domain,
+parameters) and DP outputs (noise scales, measurement descriptors, the DP row
+estimate); never a non-DP statistic of the source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import replace
+from datetime import datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from dpsql.domain import Domain, quote
+from dpsql.errors import ConfigurationError, ReleaseError
+from dpsql.policy import Dataset, Policy, did_you_mean
+from dpsql.store import Store, check_identifier
+
+FORMAT = "dpsql.provenance/1"
+METADATA_KEY = b"dpsql.provenance"
+_COLUMNS = ("release_id", "name", "dataset", "synthesizer", "privacy", "released_by",
+            "released_at", "superseded_by", "record")
+
+
+def _plain(value: Any) -> Any:
+    """JSON fallback for numpy scalars and arrays, fractions and datetimes."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Fraction):
+        return float(value)
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    return str(value)
+
+
+def _finite(value: Any) -> Any:
+    """Replace NaN and infinities (not valid JSON) by strings."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def to_json(record: dict[str, Any], *, indent: int | None = None) -> str:
+    """The record as strict JSON (numpy values and fractions converted)."""
+    plain = json.loads(json.dumps(record, default=_plain))
+    return json.dumps(_finite(plain), indent=indent, sort_keys=indent is not None,
+                      allow_nan=False)
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` converted to plain JSON types (what the record will hold)."""
+    return json.loads(to_json({"v": value}))["v"]
+
+
+def dataset_fingerprint(policy: Policy, dataset: str, column_types: dict[str, str]) -> str:
+    """A hash of the dataset's public description: its policy section and column types.
+
+    Never of the data: a hash of private rows would let anyone test a guess.
+    """
+    section = json.loads(policy.canonical)["datasets"][dataset]
+    text = json.dumps({"dataset": dataset, "policy": section, "types": column_types},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def comment(record: dict[str, Any]) -> str:
+    """The table COMMENT: a one-line summary and the full record."""
+    cost = record.get("cost", {}).get("charged", {})
+    summary = (f"dpsql release {record['release_id']} of {record['dataset']['name']} by "
+               f"{record['synthesizer']['name']} ({record['privacy']}, {cost_text(cost)})")
+    return summary + "\n" + to_json(record)
+
+
+def cost_text(cost: dict[str, Any]) -> str:
+    """A cost as recorded (``PrivacyCost.as_dict``) in words: rho with epsilon, or epsilon."""
+    if cost.get("value") == "inf":
+        return "unbounded"
+    if "rho" in cost:
+        text = f"rho={float(cost['rho']):.6g}"
+        if "epsilon" in cost:
+            text += f" (epsilon={cost['epsilon']:.4g} at delta={cost['delta']:g})"
+        return text
+    if "epsilon" in cost:
+        return f"epsilon={cost['epsilon']}"
+    return "no privacy budget"
+
+
+def sql_string(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def insert(cur: duckdb.DuckDBPyConnection, record: dict[str, Any]) -> None:
+    """Add the provenance row of a new release (inside the release's transaction)."""
+    cur.execute(
+        "INSERT INTO dpsql.releases VALUES (?, ?, ?, ?, ?, ?, ?, NULL, ?)",
+        [record["release_id"], record["name"], record["dataset"]["name"],
+         record["synthesizer"]["name"], record["privacy"], record["released_by"],
+         datetime.fromisoformat(record["released_at"]), to_json(record)],
+    )
+
+
+def update(cur: duckdb.DuckDBPyConnection, record: dict[str, Any]) -> None:
+    """Rewrite the record of an existing release (more copies were added)."""
+    cur.execute("UPDATE dpsql.releases SET record = ? WHERE release_id = ?",
+                [to_json(record), record["release_id"]])
+
+
+def supersede(cur: duckdb.DuckDBPyConnection, old_id: str, new_id: str) -> None:
+    """Mark a replaced release's row as superseded by ``new_id`` (the row is kept)."""
+    cur.execute("UPDATE dpsql.releases SET superseded_by = ? WHERE release_id = ?",
+                [new_id, old_id])
+
+
+def _row(row: tuple[Any, ...]) -> dict[str, Any]:
+    entry = dict(zip(_COLUMNS, row, strict=True))
+    entry["record"] = json.loads(entry["record"])
+    return entry
+
+
+def current(store: Store, name: str,
+            cur: duckdb.DuckDBPyConnection | None = None) -> dict[str, Any] | None:
+    """The live (not superseded) release row named ``name``, or None."""
+    cur = cur or store.cursor()
+    rows = cur.execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM dpsql.releases "
+        "WHERE name = ? AND superseded_by IS NULL", [name]).fetchall()
+    return _row(rows[0]) if rows else None
+
+
+def find(store: Store, name: str) -> dict[str, Any]:
+    """The live release named ``name``; unknown names raise with a did-you-mean."""
+    entry = current(store, name)
+    if entry is None:
+        names = [r["name"] for r in releases(store)]
+        raise ReleaseError(f"no release named {name!r}{did_you_mean(name, names)}; list them "
+                           "with: dpsql releases list")
+    return entry
+
+
+def dataset_of(store: Store, record: dict[str, Any]) -> Dataset:
+    """The dataset as the policy in force at the release described it."""
+    rows = store.cursor().execute(
+        "SELECT text FROM dpsql.policies WHERE fingerprint = ? ORDER BY version DESC LIMIT 1",
+        [record["policy_fingerprint"]]).fetchall()
+    if not rows:
+        raise ReleaseError(f"the policy release {record['name']!r} was made under is not in "
+                           "the store")
+    policy = Policy.from_text(rows[0][0], source=f"policy {record['policy_fingerprint']}")
+    return policy.dataset(record["dataset"]["name"])
+
+
+def domain_of(store: Store, record: dict[str, Any]) -> Domain:
+    """The domain a release was made with (its columns, under the policy then in force)."""
+    domain = Domain.from_dataset(dataset_of(store, record), record["columns"])
+    return replace(domain, public_rows=record["domain"].get("public_rows"))
+
+
+def releases(store: Store, *, include_superseded: bool = False) -> list[dict[str, Any]]:
+    """Release rows, oldest first (live ones only unless ``include_superseded``)."""
+    where = "" if include_superseded else " WHERE superseded_by IS NULL"
+    rows = store.cursor().execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM dpsql.releases{where} "
+        "ORDER BY released_at, release_id").fetchall()
+    return [_row(r) for r in rows]
+
+
+def export(store: Store, name: str, path: str | Path) -> dict[str, Any]:
+    """Write ``released.<name>`` to a Parquet file with its record in the key-value metadata.
+
+    Released tables are free to read, so any user of the store may export one.
+    Written by pyarrow (store connections have no file access) under a
+    temporary name and renamed, so a failure leaves no partial file.
+    """
+    import pyarrow.parquet as pq
+
+    target = Path(path)
+    if target.suffix.lower() != ".parquet":
+        raise ConfigurationError(f"export writes Parquet: give a path ending in .parquet, got "
+                                 f"{target.name}")
+    entry = find(store, name)
+    data = store.cursor().sql(
+        f"SELECT * FROM released.{quote(check_identifier(name, 'release name'))}"
+    ).to_arrow_table()
+    metadata = dict(data.schema.metadata or {})
+    metadata[METADATA_KEY] = to_json(entry["record"]).encode()
+    data = data.replace_schema_metadata(metadata)
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        pq.write_table(data, temporary)
+        temporary.replace(target)
+    except OSError as err:
+        temporary.unlink(missing_ok=True)
+        raise ConfigurationError(f"cannot write {target}: {err.strerror}") from err
+    return {"name": name, "path": str(target), "rows": data.num_rows,
+            "release_id": entry["release_id"]}
+
+
+def read_parquet_record(path: str | Path) -> dict[str, Any]:
+    """The provenance record stored in an exported Parquet file."""
+    import pyarrow.parquet as pq
+
+    metadata = pq.read_schema(path).metadata or {}
+    if METADATA_KEY not in metadata:
+        raise ReleaseError(f"{path} carries no dpsql provenance")
+    return dict(json.loads(metadata[METADATA_KEY]))
