@@ -97,16 +97,21 @@ class NapsuMQ:
                 raise ConfigurationError(f"napsu_mq: {message}")
 
     # -- fitting ---------------------------------------------------------------------
-    def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
-            rng: np.random.Generator, progress: Progress | None = None) -> FittedNapsuMQ:
-        """Measure, infer the posterior, and return a model that samples copies."""
-        progress = progress or silent
+    def check(self, domain: Domain, budget: PrivacyCost) -> None:
+        """Refuse what fit would refuse, before the release charges the budget."""
         if budget.kind != "zcdp":
             raise ConfigurationError(
                 "napsu_mq adds Gaussian noise, which is not pure DP; use a policy with "
                 "accounting: zcdp (budgets can still be written as epsilon and delta)")
         if budget.is_zero:
             raise ConfigurationError("napsu_mq needs a positive budget")
+        self._required(domain)
+
+    def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
+            rng: np.random.Generator, progress: Progress | None = None) -> FittedNapsuMQ:
+        """Measure, infer the posterior, and return a model that samples copies."""
+        progress = progress or silent
+        self.check(domain, budget)
         required = self._required(domain)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
