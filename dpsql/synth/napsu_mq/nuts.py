@@ -44,45 +44,10 @@ class Draws:
     diagnostics: dict[str, Any]
 
 
-def soften(eta: jax.Array, walls: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The map eta -> phi that softens likelihood walls, and its log-Jacobian.
-
-    Identity below ``walls``; above, ``w + log(1 + eta - w)``, so a near-empty
-    cell's expected count, exponential in its logit, grows only linearly in
-    ``eta`` past the point where it reaches the noise level. The map is smooth
-    enough for leapfrog (continuous gradient) and exact: the Jacobian is in the
-    potential, so ``phi`` has the posterior's law.
-    """
-    over = jnp.maximum(eta - walls, 0.0)
-    return jnp.minimum(eta, walls) + jnp.log1p(over), -jnp.log1p(over).sum()
-
-
-def walls(structure: Structure, reduced: Reduced, laplace: Laplace) -> np.ndarray:
-    """Per parameter, where to start softening (+inf: never).
-
-    A canonical feature whose expected count at the mode, c, is below its noise
-    sd s (from the reduced evidence) has a logit the data barely bound from below
-    and bound sharply from above once c e^(theta - mode) passes s: its wall is at
-    mode + log(s / c). Well-measured features get no wall.
-    """
-    out = np.full(laplace.mean.size, np.inf)
-    with jax.enable_x64(True):
-        mu, _ = model.moments(structure, jnp.asarray(laplace.mean[: structure.dim]))
-    n = reduced.n0 + (reduced.n_scale * laplace.mean[-1] if reduced.free_n else 0.0)
-    counts = n * np.asarray(mu)
-    noise = np.sqrt(np.diag(reduced.noise_cov)[1:])
-    rare = counts < noise
-    out[: structure.dim][rare] = (laplace.mean[: structure.dim][rare]
-                                  + np.log(noise[rare] / np.maximum(counts[rare], 1e-300)))
-    return out
-
-
 def _potential_gen(structure: Structure) -> Any:
-    def make(evidence: model.Evidence, mean: jax.Array, chol: jax.Array,
-             wall: jax.Array) -> Any:
+    def make(evidence: model.Evidence, mean: jax.Array, chol: jax.Array) -> Any:
         def potential(u: jax.Array) -> jax.Array:
-            phi, log_jacobian = soften(mean + chol @ u, wall)
-            return -model.log_posterior(structure, phi, evidence) - log_jacobian
+            return -model.log_posterior(structure, mean + chol @ u, evidence)
         return potential
     return make
 
@@ -95,17 +60,16 @@ def _kernels(structure: Structure, warmup: int, max_tree_depth: int,
     init_kernel, sample_kernel = hmc(potential_fn_gen=make, algo="NUTS")
     settings = {"max_tree_depth": max_tree_depth, "target_accept_prob": target_accept}
 
-    def run(states: Any, evidence: model.Evidence, mean: jax.Array, chol: jax.Array,
-            wall: jax.Array) -> Any:
+    def run(states: Any, evidence: model.Evidence, mean: jax.Array, chol: jax.Array) -> Any:
         def step(state: Any, _: Any) -> tuple[Any, Any]:
-            state = sample_kernel(state, model_args=(evidence, mean, chol, wall))
+            state = sample_kernel(state, model_args=(evidence, mean, chol))
             return state, (state.z, state.num_steps, state.diverging, state.accept_prob,
                            state.potential_energy)
 
         return jax.vmap(lambda s: jax.lax.scan(step, s, None, length=CHUNK))(states)
 
-    value_grad = jax.jit(lambda u, evidence, mean, chol, wall: jax.value_and_grad(
-        make(evidence, mean, chol, wall))(u))
+    value_grad = jax.jit(lambda u, evidence, mean, chol: jax.value_and_grad(
+        make(evidence, mean, chol))(u))
     return (init_kernel, settings), jax.jit(run), value_grad
 
 
@@ -120,15 +84,13 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
     (init_kernel, settings), run, value_grad = _kernels(structure, warmup, max_tree_depth,
                                                          target_accept)
     dim = laplace.mean.size
-    wall_np = walls(structure, reduced, laplace)
-    wall = jnp.asarray(wall_np)
     states = []
     for _ in range(chains):
         u0 = jnp.asarray(rng.normal(0.0, INIT_SPREAD, dim))
-        pe, grad = value_grad(u0, evidence, mean, chol, wall)
+        pe, grad = value_grad(u0, evidence, mean, chol)
         key = jax.random.key(int(rng.integers(2**31)))
         states.append(init_kernel(ParamInfo(u0, pe, grad), warmup, rng_key=key,
-                                  model_args=(evidence, mean, chol, wall), **settings))
+                                  model_args=(evidence, mean, chol), **settings))
     state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
     total = warmup + samples
     chunks = -(-total // CHUNK)
@@ -136,7 +98,7 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
     timing = {"compile_and_first_chunk": 0.0}
     for k in range(chunks):
         t0 = time.perf_counter()
-        state, (z, n_steps, div, acc, _) = run(state, evidence, mean, chol, wall)
+        state, (z, n_steps, div, acc, _) = run(state, evidence, mean, chol)
         z = np.asarray(z)
         if k == 0:
             timing["compile_and_first_chunk"] = time.perf_counter() - t0
@@ -153,9 +115,7 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
     n_steps = np.concatenate(steps, axis=1)[:, :total]
     div = np.concatenate(divergent, axis=1)[:, warmup:total]
     acc = np.concatenate(accept, axis=1)[:, warmup:total]
-    eta = laplace.mean + u @ np.asarray(chol).T
-    over = np.maximum(eta - wall_np, 0.0)
-    phi = np.minimum(eta, wall_np) + np.log1p(over)
+    phi = laplace.mean + u @ np.asarray(chol).T
     rhat = np.asarray(split_gelman_rubin(phi)) if chains > 1 else np.full(dim, np.nan)
     ess = np.asarray(effective_sample_size(phi))
     seconds = time.perf_counter() - started
@@ -169,7 +129,6 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
         "leapfrog_steps": {"warmup": int(n_steps[:, :warmup].sum()),
                            "sampling": int(n_steps[:, warmup:].sum()),
                            "mean_per_iteration": float(n_steps[:, warmup:].mean())},
-        "softened_parameters": int(np.isfinite(wall_np).sum()),
         "seconds": round(seconds, 3),
         "compile_and_first_chunk_seconds": round(timing["compile_and_first_chunk"], 3),
     }
