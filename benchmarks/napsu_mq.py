@@ -207,7 +207,7 @@ def adult(args: argparse.Namespace) -> None:
         rho = rho_from_epsilon_delta(1, 1 / n**2)
         print(f"\n== adult: n={n}, 10 columns, eps=1, delta=n^-2 (rho={float(rho.value):.5f}), "
               f"NUTS {args.chains} chains x ({args.warmup} warmup + {args.samples} samples), "
-              f"m={args.adult_copies} copies")
+              f"m={args.adult_copies} copies, prior sd {args.prior_sd:g}")
         reference = rubin.copies(with_age_midpoint(real, domain).assign(_copy=0))
         real_fit = smf.logit(ADULT_FORMULA, reference[0]).fit(disp=0)
         rows = []
@@ -215,7 +215,7 @@ def adult(args: argparse.Namespace) -> None:
             rng = np.random.default_rng(100 + r)
             synth = get("napsu_mq", cliques=ADULT_REQUIRED, inference="nuts",
                         chains=str(args.chains), warmup=str(args.warmup),
-                        samples=str(args.samples))
+                        samples=str(args.samples), prior_sd=str(args.prior_sd))
             t0 = time.perf_counter()
             fitted = synth.fit(relation, domain, rho, rng)
             wall = time.perf_counter() - t0
@@ -300,6 +300,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=800)
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--max-std-error", type=float, default=5.0)
+    parser.add_argument("--prior-sd", type=float, default=10.0,
+                        help="prior sd of theta for the Adult run (the paper: 10)")
     parser.add_argument("--twinify", action="store_true")
     parser.add_argument("--twinify-limit", type=int, default=1500)
     args = parser.parse_args()
