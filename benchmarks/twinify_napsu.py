@@ -36,7 +36,6 @@ def adult(path: str) -> pd.DataFrame:
 def main() -> None:
     import d3p.random
     import jax
-
     import twinify.napsu_mq.maximum_entropy_inference as mei
     import twinify.napsu_mq.privacy_accounting as accounting
     from twinify.dataframe_data import DataFrameData
