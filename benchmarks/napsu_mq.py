@@ -280,8 +280,10 @@ def twinify(args: argparse.Namespace, ours: float) -> None:
         print(out.stdout.strip()[-2000:] or out.stderr.strip()[-2000:])
         if out.returncode == 0:
             print(f"twinify total {wall:.0f} s; ratio twinify / dpsql = {wall / ours:.1f}x")
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as err:
         wall = time.perf_counter() - t0
+        partial = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        print(partial.strip()[-2000:] or "(no phase finished)")
         print(f"twinify did not finish in {wall:.0f} s; ratio twinify / dpsql > "
               f"{wall / ours:.1f}x")
 
