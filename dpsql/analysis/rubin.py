@@ -18,6 +18,7 @@ Bayesian analyses instead (Gelman et al. 2014, the mixed posterior).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -107,16 +108,25 @@ def fit_formula(data: pd.DataFrame | pa.Table | Sequence[pd.DataFrame], formula:
     copy's coefficient whose standard error exceeds it before combining (the
     paper does this for coefficients of categories a copy happens to lack).
     Returns one row per coefficient: estimate, std_error, ci_low, ci_high, dof,
-    between, within, adjusted, copies.
+    between, within, adjusted, copies, and unconverged_copies (fits whose optimizer
+    reported non-convergence: kept, counted, not raised).
     """
     import statsmodels.formula.api as smf
 
     fitter = getattr(smf, model) if isinstance(model, str) else model
     if fitter in (smf.logit, smf.probit, smf.poisson):
         fit_options.setdefault("disp", 0)
-    params, variances = [], []
+    from statsmodels.tools.sm_exceptions import ConvergenceWarning
+
+    params, variances, unconverged = [], [], 0
     for frame in copies(data, copy_column):
-        result = fitter(formula, data=frame).fit(**fit_options)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            result = fitter(formula, data=frame).fit(**fit_options)
+        unconverged += any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        for w in caught:
+            if not issubclass(w.category, ConvergenceWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         params.append(result.params)
         variances.append(result.bse**2)
     estimates = pd.DataFrame(params)
@@ -129,8 +139,9 @@ def fit_formula(data: pd.DataFrame | pa.Table | Sequence[pd.DataFrame], formula:
             keep &= np.sqrt(u) <= max_std_error
         if keep.sum() < 2:
             continue
-        rows[name] = combine(q[keep], u[keep], rows_ratio=rows_ratio,
-                             confidence=confidence).as_dict()
+        rows[name] = {**combine(q[keep], u[keep], rows_ratio=rows_ratio,
+                                confidence=confidence).as_dict(),
+                      "unconverged_copies": unconverged}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 

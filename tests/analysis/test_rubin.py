@@ -105,3 +105,12 @@ def test_mixed_posterior_weighs_copies_equally() -> None:
     assert np.all(low <= high)
     with pytest.raises(ConfigurationError):
         rubin.mix_posteriors([a])
+
+
+def test_non_converged_copies_are_counted_not_raised() -> None:
+    # A perfectly separated copy makes the logit optimizer give up.
+    data = logistic_copies(m=3)
+    separated = data["_copy"] == 0
+    data.loc[separated, "y"] = data.loc[separated, "x1"]
+    table = rubin.fit_formula(data, "y ~ x1 + x2", "logit", maxiter=5)
+    assert (table["unconverged_copies"] >= 1).all()
