@@ -20,9 +20,10 @@ def run(*args, db):
                           text=True, env=env, timeout=1800)
 
 
-def release(db, name: str, *options: str, copies: int = 10) -> dict:
+def release(db, name: str, *options: str, copies: int = 10,
+            columns: str = "age,sex,race,income_50k,hours_per_week") -> dict:
     args = ["release", "adult", "--synth", "napsu_mq", "--epsilon", "1", "--copies", str(copies),
-            "--name", name, "--seed", "3", "--columns", "age,sex,race,income_50k,hours_per_week",
+            "--name", name, "--seed", "3", "--columns", columns,
             "--json"]
     for option in options:
         args += ["--option", option]
@@ -64,8 +65,11 @@ def check_release_and_more(db, name: str, out: dict) -> None:
 
 def test_release_laplace_copies_and_release_more(store_path):
     name = "adult_napsu"
-    out = release(store_path, name, "inference=laplace", "cliques=age+income_50k,sex+income_50k",
-                  "select=none")
+    # Healthy counts in every cell: where cells are near empty, Laplace is a poor fit
+    # (the release then warns; see the NUTS test below).
+    out = release(store_path, name, "inference=laplace", "cliques=sex+income_50k,race+sex",
+                  "select=none", columns="sex,race,income_50k")
+    assert out["warnings"] == []
     check_release_and_more(store_path, name, out)
 
 

@@ -17,11 +17,16 @@ from dpsql.privacy import PrivacyCost
 from dpsql.source import bounded_relation
 from dpsql.synth import FittedSynthesizer, Resumable, Synthesizer, get
 from dpsql.synth.measure import count_marginals
-from dpsql.synth.napsu_mq import NapsuMQ, mst
+from dpsql.synth.napsu_mq import DiagnosticsWarning, NapsuMQ, mst
 from dpsql.synth.napsu_mq.model import compiled_marginals
 from tests.napsu_mq.conftest import Source, build
 
 FAST = {"inference": "laplace", "laplace_iterations": "3000"}
+# The Adult sample has near-empty cells (age 68-84 with rare categories): Laplace fits
+# rightly warn that those parameters are barely bound by the data.
+weak_cells = pytest.mark.filterwarnings("ignore::dpsql.synth.napsu_mq.DiagnosticsWarning")
+
+
 
 
 def test_registered_and_options_are_converted() -> None:
@@ -61,6 +66,7 @@ def test_unknown_clique_column_is_refused(adult: Source) -> None:
             adult.relation, adult.domain, PrivacyCost.zcdp(1), np.random.default_rng(0))
 
 
+@weak_cells
 def test_spent_equals_the_budget_at_the_boundary(adult: Source) -> None:
     budget = PrivacyCost.zcdp("0.5")
     fitted = get("napsu_mq", cliques="hours_per_week+age,race+sex", **FAST).fit(
@@ -83,10 +89,11 @@ def test_spent_equals_the_budget_at_the_boundary(adult: Source) -> None:
 
 def test_exact_fit_with_an_infinite_budget_matches_the_counts(adult: Source) -> None:
     cliques = [("hours_per_week", "age"), ("race", "sex"), ("age", "income_50k")]
-    fitted = get("napsu_mq", cliques="hours_per_week+age,race+sex,age+income_50k",
-                 select="none", **FAST).fit(adult.relation, adult.domain,
-                                            PrivacyCost.unbounded("zcdp"),
-                                            np.random.default_rng(2))
+    with pytest.warns(DiagnosticsWarning, match="barely bound"):  # zero counts: prior only
+        fitted = get("napsu_mq", cliques="hours_per_week+age,race+sex,age+income_50k",
+                     select="none", **FAST).fit(adult.relation, adult.domain,
+                                                PrivacyCost.unbounded("zcdp"),
+                                                np.random.default_rng(2))
     exact = count_marginals(adult.relation, adult.domain, cliques)
     assert fitted.rows == int(sum(exact[0].reshape(-1)))
     # The posterior mean reproduces every measured marginal up to a few counts: the CLT
@@ -108,6 +115,7 @@ def test_exact_fit_with_an_infinite_budget_matches_the_counts(adult: Source) -> 
         np.testing.assert_allclose(got * fitted.rows, counts, atol=4)
 
 
+@weak_cells
 def test_state_restores_and_samples_more_copies(adult: Source) -> None:
     fitted = get("napsu_mq", cliques="hours_per_week+age", **FAST).fit(
         adult.relation, adult.domain, PrivacyCost.zcdp(1), np.random.default_rng(4))

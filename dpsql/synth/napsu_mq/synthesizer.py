@@ -43,6 +43,7 @@ STATE_VERSION = 1
 MAX_PARAMETERS = 3000
 RHAT_LIMIT = 1.01
 MIN_ESS = 400
+WEAK_FRACTION = 0.5  # Laplace sd above this share of prior_sd: weakly identified
 
 
 class DiagnosticsWarning(UserWarning):
@@ -155,6 +156,11 @@ class NapsuMQ:
                                       self.laplace_iterations, self.restarts)
             timings["laplace"] = fitted.seconds
             diagnostics["laplace"] = fitted.describe()
+            # Parameters whose Laplace sd is near the prior's: the data barely bind them
+            # (near-empty cells), and a symmetric Gaussian is a poor fit there.
+            laplace_sd = np.sqrt(np.diag(fitted.cov))[: structure.dim]
+            diagnostics["laplace"]["weakly_identified"] = int(
+                (laplace_sd > WEAK_FRACTION * self.prior_sd).sum())
             posterior: post.Posterior = post.Gaussian(fitted.mean, fitted.cov)
             if self.inference == "nuts":
                 draws = nuts.sample(structure, reduced, fitted, self.prior_sd,
@@ -207,6 +213,10 @@ class NapsuMQ:
             out.append("the Laplace approximation did not converge "
                        f"({'; '.join(lap['notes']) or 'iteration limit'})")
         chain = diagnostics.get("nuts")
+        if not chain and lap.get("weakly_identified"):
+            out.append(f"{lap['weakly_identified']} parameters are barely bound by the data "
+                       "(near-empty cells); Laplace draws can put mass on empty cells: use "
+                       "inference=nuts, or coarser bins")
         if chain:
             if chain["max_rhat"] is not None and chain["max_rhat"] > RHAT_LIMIT:
                 out.append(f"max R-hat {chain['max_rhat']:.3f} > {RHAT_LIMIT}: chains disagree; "
