@@ -121,38 +121,26 @@ class Ledger:
                action: str = "query") -> Charge:
         """Debit ``cost`` and commit, or raise BudgetExceeded and audit the refusal.
 
-        Must be called before any private value is computed.
+        Must be called before any private value is computed. Concurrent charges
+        share one commit (group commit): whoever holds the store's write lock
+        debits every pending request in order, each checked against the running
+        totals, so none can overspend and each is durable when this returns.
         """
-        policy = self.policy
-        cost = cost.to(policy.accounting)
-        ds = policy.dataset(dataset)
-        with self.store.lock:
-            cur = self.store.cursor()
-            try:
-                cur.execute("BEGIN TRANSACTION")
-                standing = self.budget(user, dataset, cur)
-                reason = self._refusal(standing, cost, ds.query_cap if action == "query" else None)
-                audit_id = self.store.next_id(cur)
-                outcome = "refused" if reason else "charged"
-                self._audit(cur, audit_id, user, dataset, action, statement, cost, outcome,
-                            reason)
-                if not reason:
-                    cur.execute(
-                        "INSERT INTO dpsql.charges VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [audit_id, now(), user, dataset, cost.kind, cost.units, cost.infinite,
-                         policy.fingerprint, audit_id],
-                    )
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
-            finally:
-                cur.close()
-        if reason:
-            raise BudgetExceeded(reason)
-        remaining = Budget(user, dataset, standing.granted, standing.spent + cost,
-                           standing.dataset_total, standing.dataset_spent + cost).remaining
-        return Charge(audit_id, cost, remaining)
+        request = _Request(self, user, dataset, cost.to(self.policy.accounting), statement,
+                           action)
+        self.policy.dataset(dataset)
+        store = self.store
+        with store.pending_lock:
+            store.pending.append(request)
+        with store.lock:
+            if not request.finished:
+                with store.pending_lock:
+                    batch, store.pending[:] = list(store.pending), []
+                _commit_batch(store, batch)
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
 
     def _refusal(self, standing: Budget, cost: PrivacyCost, cap: PrivacyCost | None) -> str | None:
         delta = self.policy.delta
@@ -182,11 +170,19 @@ class Ledger:
             self._audit(cur, audit_id, user, dataset, action, statement, cost, outcome, reason)
         return audit_id
 
-    def finish(self, audit_id: int, outcome: str, reason: str | None = None) -> None:
-        """Set the outcome of a charged request once it is answered or has failed."""
+    def finish(self, audit_id: int, outcome: str, reason: str | None = None,
+               cursor: duckdb.DuckDBPyConnection | None = None) -> None:
+        """Set the outcome of a charged request once it is answered or has failed.
+
+        With ``cursor`` (inside the caller's open transaction) the update commits with the
+        caller's other writes, e.g. the stored answer of a DP query.
+        """
+        sql = "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) WHERE id = ?"
+        if cursor is not None:
+            cursor.execute(sql, [outcome, reason, audit_id])
+            return
         with self.store.transaction() as cur:
-            cur.execute("UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
-                        "WHERE id = ?", [outcome, reason, audit_id])
+            cur.execute(sql, [outcome, reason, audit_id])
 
     def _audit(self, cur: duckdb.DuckDBPyConnection, audit_id: int, user: str,
                dataset: str | None, action: str, statement: str, cost: PrivacyCost | None,
@@ -217,6 +213,7 @@ class Ledger:
 
     def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
         """Audit rows, newest last, optionally for one user and the last ``last`` only."""
+        self.store.flush()  # outcomes of answered requests are written off the answer path
         sql = ("SELECT id, ts, user_name, dataset, action, statement, kind, units, infinite, "
                "outcome, reason, fingerprint FROM dpsql.audit")
         params: list[Any] = []
@@ -236,3 +233,76 @@ class Ledger:
             entry["cost"] = PrivacyCost(kind, int(units), bool(infinite)) if kind else None
             out.append(entry)
         return out
+
+
+@dataclass
+class _Request:
+    """One pending charge and, once its batch commits, its outcome."""
+
+    ledger: Ledger
+    user: str
+    dataset: str
+    cost: PrivacyCost
+    statement: str
+    action: str
+    finished: bool = False
+    result: Charge | None = None
+    error: BaseException | None = None
+
+
+def _commit_batch(store: Store, batch: list[_Request]) -> None:
+    """Debit a batch of requests in order inside one transaction (caller holds store.lock)."""
+    cur = store.cursor()
+    user_extra: dict[tuple[str, str], PrivacyCost] = {}
+    dataset_extra: dict[str, PrivacyCost] = {}
+    standings: dict[tuple[str, str, str], Budget] = {}
+    audit_rows: list[list[Any]] = []
+    charge_rows: list[list[Any]] = []
+    try:
+        cur.execute("BEGIN TRANSACTION")
+        ids = [int(r[0]) for r in cur.execute(
+            "SELECT nextval('dpsql.event_ids') FROM range(?)", [len(batch)]).fetchall()]
+        for request, event in zip(batch, ids, strict=True):
+            ledger, policy = request.ledger, request.ledger.policy
+            key = (request.user, request.dataset, policy.fingerprint)
+            if key not in standings:
+                standings[key] = ledger.budget(request.user, request.dataset, cur)
+            base = standings[key]
+            zero = PrivacyCost.zero(policy.accounting)
+            spent = base.spent + user_extra.get((request.user, request.dataset), zero)
+            total = base.dataset_spent + dataset_extra.get(request.dataset, zero)
+            standing = Budget(request.user, request.dataset, base.granted, spent,
+                              base.dataset_total, total)
+            cap = policy.dataset(request.dataset).query_cap
+            reason = ledger._refusal(standing, request.cost,
+                                     cap if request.action == "query" else None)
+            cost = request.cost
+            audit_rows.append([event, now(), request.user, request.dataset, request.action,
+                               request.statement[:10_000], cost.kind, cost.units, cost.infinite,
+                               "refused" if reason else "charged", reason, policy.fingerprint])
+            if reason:
+                request.error = BudgetExceeded(reason)
+                continue
+            charge_rows.append([event, now(), request.user, request.dataset, cost.kind,
+                                cost.units, cost.infinite, policy.fingerprint, event])
+            user_extra[(request.user, request.dataset)] = \
+                user_extra.get((request.user, request.dataset), zero) + cost
+            dataset_extra[request.dataset] = dataset_extra.get(request.dataset, zero) + cost
+            after = Budget(request.user, request.dataset, base.granted, spent + cost,
+                           base.dataset_total, total + cost)
+            request.result = Charge(event, cost, after.remaining)
+        cur.executemany("INSERT INTO dpsql.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        audit_rows)
+        if charge_rows:
+            cur.executemany("INSERT INTO dpsql.charges VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            charge_rows)
+        cur.execute("COMMIT")
+    except BaseException as err:
+        cur.execute("ROLLBACK")
+        for request in batch:
+            request.result, request.error = None, err
+        raise
+    finally:
+        cur.close()
+        for request in batch:
+            request.finished = True

@@ -13,11 +13,13 @@ DuckDB lets one process write a file at a time; a second writer gets
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import resources
@@ -30,7 +32,7 @@ import pyarrow as pa
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.policy import Policy
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -78,8 +80,17 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             release_id VARCHAR PRIMARY KEY, synthesizer VARCHAR NOT NULL,
             state VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL)""",
     ]),
+    # 3: DP query answers, kept so a repeated query (or a restart) never re-draws noise.
+    (3, [
+        """CREATE TABLE dpsql.query_cache (
+            key VARCHAR PRIMARY KEY, user_name VARCHAR NOT NULL, dataset VARCHAR NOT NULL,
+            fingerprint VARCHAR NOT NULL, audit_id BIGINT NOT NULL,
+            created_at TIMESTAMP NOT NULL, plan VARCHAR NOT NULL, noise VARCHAR NOT NULL,
+            measures BLOB NOT NULL)""",
+    ]),
 ]
 
+logger = logging.getLogger(__name__)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _open_stores: dict[str, Store] = {}
 _open_lock = threading.Lock()
@@ -143,6 +154,10 @@ class Store:
         self._con = connection
         self._users = 1
         self.lock = threading.RLock()  # serializes writes that must read-check-write
+        self.pending: list[Any] = []  # ledger charges waiting for the next group commit
+        self.pending_lock = threading.Lock()
+        self._writer: ThreadPoolExecutor | None = None
+        self._writer_lock = threading.Lock()
         self._policy_cache: tuple[int, Policy] | None = None
 
     # -- opening ----------------------------------------------------------------
@@ -178,7 +193,44 @@ class Store:
             if self._users > 0:
                 return
             _open_stores.pop(str(self.path), None)
+            self.flush()
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
             self._con.close()
+
+    # -- deferred writes ------------------------------------------------------------------
+    def defer(self, write: Callable[[duckdb.DuckDBPyConnection], None],
+              after: Callable[[], None] | None = None) -> None:
+        """Run ``write`` soon in its own transaction on the store's writer thread.
+
+        For bookkeeping that must not delay an answer but need not be durable
+        before it is returned (stored answers, audit outcomes); never for
+        charges, which commit before anything private is computed. Writes run
+        in order; ``after`` runs once the transaction is over (committed or not);
+        :meth:`flush` waits for them.
+        """
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="dpsql-store-writer")
+            self._writer.submit(self._run_deferred, write, after)
+
+    def _run_deferred(self, write: Callable[[duckdb.DuckDBPyConnection], None],
+                      after: Callable[[], None] | None) -> None:
+        try:
+            with self.lock, self.transaction() as cur:
+                write(cur)
+        except Exception:  # the write is bookkeeping: report it, never crash the writer
+            logger.exception("a deferred write to %s failed", self.path.name)
+        finally:
+            if after is not None:
+                after()
+
+    def flush(self) -> None:
+        """Wait until every deferred write so far has committed (read your own writes)."""
+        with self._writer_lock:
+            writer = self._writer
+        if writer is not None:
+            writer.submit(lambda: None).result()
 
     def __enter__(self) -> Store:
         return self
@@ -306,7 +358,13 @@ class Store:
 
     # -- policy lifecycle -----------------------------------------------------------------
     def policy_version(self) -> int:
-        """The number of the active policy version (0: none yet)."""
+        """The number of the active policy version (0: none yet).
+
+        Cached: this process holds the file's only write lock, so a policy can
+        change only through :meth:`apply_policy`, which clears the cache.
+        """
+        if self._policy_cache:
+            return self._policy_cache[0]
         row = self.cursor().execute("SELECT max(version) FROM dpsql.policies").fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
@@ -365,6 +423,7 @@ class Store:
                     [self.next_id(cur), now(), applied_by, f"policy apply {policy.source}",
                      "; ".join(changes)[:2000], policy.fingerprint],
                 )
+            self._policy_cache = None
         return changes
 
     def policy_history(self) -> list[dict[str, Any]]:

@@ -17,9 +17,12 @@ from dpsql.errors import DPSQLError
 
 
 def _load_commands() -> None:
+    import dpsql.cli.serve  # dpsql serve (its own line keeps merges easy)
+    import dpsql.cli.user  # noqa: F401  (dpsql user)
     from dpsql.cli import (  # noqa: F401  (registers commands)
         admin,
         demo,
+        query,
         release,
     )
 

@@ -38,12 +38,9 @@ def _imports(values: tuple[str, ...]) -> dict[str, str]:
 @json_option
 def init_cmd(db: str, policy_path: str, imports: tuple[str, ...], na: str | None,
              keep_names: bool, as_json: bool) -> None:
-    r"""Create the store DB, import sensitive tables and apply the first policy.
+    """Create the store DB, import sensitive tables and apply the first policy.
 
-    \b
-    Example:
-      dpsql init adult.duckdb --policy policies/adult.yaml \\
-          --import adult=adult.csv
+    Example: dpsql init adult.duckdb --policy policies/adult.yaml --import adult=adult.csv
     """
     policy = Policy.load(policy_path)
     store, notes = init(db, policy, _imports(imports), na=na, normalize=not keep_names)

@@ -50,7 +50,9 @@ def run_demo(path: Path) -> None:
         click.echo(heading("3. The ledger charges before anything private is computed"))
         _show_ledger(path)
         click.echo()
-        click.echo(heading("4. Every request is audited"))
+        _show_queries(path)
+        click.echo()
+        click.echo(heading("5. Every request is audited"))
         rows = admin.audit(last=5)
         click.echo(table([[r["id"], r["user"], r["action"], r["outcome"],
                            r["cost"].describe() if r["cost"] else ""] for r in rows],
@@ -90,11 +92,45 @@ def _show_ledger(path: Path) -> None:
                        f"left: {charge.remaining.describe(bob.policy.delta, budget=True)}")
 
 
+DEMO_QUERIES = (
+    ("a range count", "SELECT COUNT(*) AS people FROM adult WHERE age BETWEEN 20 AND 29"),
+    ("a 2-way marginal", "SELECT sex, income_50k, COUNT(*) AS n FROM adult "
+                         "GROUP BY sex, income_50k"),
+    ("a binned marginal", "SELECT dp_bin(age, 20) AS age_from, COUNT(*) AS n FROM adult "
+                          "GROUP BY 1 ORDER BY 1"),
+    ("a range average, at epsilon 0.5",
+     "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5) AVG(hours_per_week) AS hours "
+     "FROM adult WHERE income_50k = 1 AND age >= 30"),
+    ("the range count again", "SELECT COUNT(*) AS people FROM adult WHERE age BETWEEN 20 AND 29"),
+)
+
+
+def _show_queries(path: Path) -> None:
+    """Ask a few range and marginal queries as alice and show each answer beside its cost."""
+    from dpsql.cli.query import render
+
+    click.echo(heading("4. Ask DP questions in SQL (as alice; answers are noisy)"))
+    with connect(path, "alice") as alice:
+        alice.sql("SET dpsql.ci = 0.95")
+        delta = alice.policy.delta
+        for what, sql in DEMO_QUERIES:
+            answer = alice.sql(sql)
+            cost = "free (a repeat: the cached answer)" if answer.cached else \
+                answer.cost.describe(delta)
+            click.echo(f"   {what}: {sql}")
+            for line in render(answer).splitlines():
+                click.echo(f"     {line}")
+            click.echo(f"     cost: {cost}")
+        left = alice.budget()[0].remaining.describe(delta, budget=True)
+        click.echo(f"   alice has {left} left; intervals hold the true value with 95% "
+                   "confidence under the noise")
+
+
 def _show_releases(session: Session) -> None:
     """Release independent and joint synthetic tables; show their fidelity and the ideal."""
     from dpsql.analysis.fidelity import evaluate_release
 
-    click.echo(heading("5. DP synthetic tables, with provenance"))
+    click.echo(heading("6. DP synthetic tables, with provenance"))
     columns = ["age", "sex", "race", "income_50k"]
     rows = []
     ideal = None

@@ -1,0 +1,129 @@
+"""Overhead of a DP SQL answer over the plain DuckDB query, on 10 million rows.
+
+The Adult sample is replicated to ``--rows`` rows in a governed store. Two
+queries run end to end through ``Session.sql`` (parse, plan, charge, bounded
+SQL, noise, cache write, post-processing) and as the plain DuckDB query on the
+same connection, interleaved, median of ``--runs`` each. Every dpsql run uses a
+fresh epsilon so the answer cache never serves it. If smartnoise-sql is
+installed in /work/venvs/smartnoise, the same queries run through its pandas
+reader (in that venv, on the same rows) and its ratio to plain DuckDB is
+printed too.
+
+    python benchmarks/query_overhead.py [--rows 10000000] [--runs 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+import pyarrow.csv as pacsv
+import yaml
+from _common import median_time, peak_rss_mb, print_table
+
+import dpsql
+from dpsql.store import Store
+
+QUERIES = {
+    "count by 2 categoricals": "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race",
+    "sum with BETWEEN": "SELECT SUM(capital_gain) FROM adult WHERE age BETWEEN 20 AND 40",
+}
+SMARTNOISE = Path("/work/venvs/smartnoise/bin/python")
+SAMPLE_ROWS = 5000
+
+
+def build(directory: Path, rows: int) -> Path:
+    data = Path(str(resources.files("dpsql").joinpath("data")))
+    raw = yaml.safe_load((data / "adult.yaml").read_text())
+    big = {"epsilon": 1_000_000}
+    raw["datasets"]["adult"].update(budget=big, query_cap={"epsilon": 10},
+                                    default_query={"epsilon": 1})
+    for user in raw["users"].values():
+        user["budgets"] = {"adult": big}
+    policy = directory / "policy.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    path = directory / "big.duckdb"
+    store, _ = dpsql.init(path, policy, {"adult": data / "adult_sample.csv"})
+    copies = -(-rows // SAMPLE_ROWS)
+    with store.transaction() as cur:
+        cur.execute(f"CREATE OR REPLACE TABLE main.adult AS SELECT a.* FROM main.adult a, "
+                    f"range({copies}) LIMIT {rows}")
+    store.close()
+    return path
+
+
+def smartnoise(path: Path, runs: int) -> dict[str, float] | None:
+    """Median seconds per query through smartnoise-sql's pandas reader, or None."""
+    if not SMARTNOISE.exists():
+        return None
+    csv = path.with_suffix(".csv")
+    with Store.open(path) as store:
+        table = store.cursor().sql("SELECT sex, race, age, capital_gain FROM main.adult") \
+            .to_arrow_table()
+    pacsv.write_csv(table, csv)
+    script = Path(__file__).with_name("_smartnoise_queries.py")
+    result = subprocess.run([str(SMARTNOISE), str(script), str(csv), str(runs),
+                             json.dumps(QUERIES)], capture_output=True, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                            timeout=3600)
+    if result.returncode != 0:
+        print("smartnoise-sql failed:", result.stderr.strip().splitlines()[-1:])
+        return None
+    return dict(json.loads(result.stdout))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--no-smartnoise", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dpsql-bench-") as tmp:
+        path = build(Path(tmp), args.rows)
+        rows = []
+        with dpsql.connect(path, "alice") as session:
+            cursor = session.store.cursor()
+            counter = iter(range(10**6))
+
+            def fresh() -> None:  # a new epsilon: a new measurement, never the cache
+                session.sql(f"SET dpsql.epsilon = {1 + next(counter) / 10**6}")
+
+            def dp(sql: str) -> None:
+                answer = session.sql(sql)
+                assert not answer.cached
+
+            def plain(sql: str) -> None:
+                cursor.sql(sql).fetchall()
+
+            for name, sql in QUERIES.items():
+                fresh()
+                dp(sql)
+                plain(sql)  # warm both
+                dp_times, plain_times = [], []
+                for _ in range(args.runs):  # interleaved, so drift hits both alike
+                    fresh()
+                    dp_times.append(median_time(lambda s=sql: dp(s), 1)[0])
+                    plain_times.append(median_time(lambda s=sql: plain(s), 1)[0])
+                dp_median = sorted(dp_times)[len(dp_times) // 2]
+                plain_median = sorted(plain_times)[len(plain_times) // 2]
+                rows.append({"query": name, "rows": args.rows, "dpsql_s": dp_median,
+                             "duckdb_s": plain_median, "ratio": dp_median / plain_median})
+        sn = None if args.no_smartnoise else smartnoise(path, args.runs)
+        if sn is not None:
+            for row in rows:
+                row["smartnoise_s"] = sn[row["query"]]
+                row["smartnoise_ratio"] = sn[row["query"]] / row["duckdb_s"]
+        print_table(rows, args.json)
+        if not args.json:
+            print(f"median of {args.runs} runs each; peak RSS {peak_rss_mb():.0f} MB"
+                  + ("" if sn is not None else "; smartnoise-sql not run"))
+
+
+if __name__ == "__main__":
+    main()

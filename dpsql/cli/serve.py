@@ -1,0 +1,79 @@
+"""``dpsql serve``: the PostgreSQL-wire server for psql, DBeaver, psycopg and pandas."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from dpsql.cli.common import cli, db_option
+from dpsql.server import auth
+from dpsql.server.server import Server, ServerConfig, run
+
+
+@cli.command("serve")
+@db_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0 for every interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=5433, show_default=True,
+              help="TCP port (0 picks a free one).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="PEM certificate chain: enables TLS (then required).")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="PEM private key for --tls-cert.")
+@click.option("--allow-plaintext", is_flag=True,
+              help="With TLS configured, still accept unencrypted connections.")
+@click.option("--max-clients", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Connections at once (each user is also limited by the policy's "
+                   "max_connections).")
+@click.option("--statement-timeout", type=click.FloatRange(min=0), default=300.0,
+              show_default=True, help="Seconds a statement may run (0: no limit); clients may "
+                                      "lower it with SET statement_timeout.")
+@click.option("--max-message-size", type=click.IntRange(min=1024), default=1 << 20,
+              show_default=True, help="Largest protocol message accepted, in bytes.")
+@click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Threads running DuckDB work.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              default="info", show_default=True, help="Server log verbosity (stderr).")
+def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
+              allow_plaintext: bool, max_clients: int, statement_timeout: float,
+              max_message_size: int, workers: int, log_level: str) -> None:
+    """Serve the store to PostgreSQL clients (psql, DBeaver, psycopg, pandas).
+
+    Analysts log in with SCRAM-SHA-256 passwords set by `dpsql user add`; each
+    connection acts as that policy user. Aggregate queries are answered with
+    differential privacy and charged to the user's budget (a NOTICE after each
+    answer shows the cost and what is left); released synthetic tables are read
+    free of charge under schema `released`.
+
+    The server holds the store's write lock: stop it (Ctrl-C or SIGTERM) before
+    admin commands that write to the store, such as `dpsql policy apply`,
+    `dpsql budget grant` or `dpsql user add`.
+
+    \b
+    Example:
+      dpsql serve --db adult.duckdb --port 5433
+      psql "host=127.0.0.1 port=5433 user=alice dbname=adult"
+    """  # noqa: D301 (click needs a real \b)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    config = ServerConfig(db=Path(db), host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
+                          allow_plaintext=allow_plaintext, max_clients=max_clients,
+                          statement_timeout=statement_timeout, max_message=max_message_size,
+                          workers=workers)
+
+    def ready(server: Server) -> None:
+        users = auth.list_users(server.store)
+        tls = "TLS required" if server.tls_context is not None and not allow_plaintext else \
+            "TLS available" if server.tls_context is not None else "no TLS"
+        click.echo(f"dpsql serve: listening on {host}:{server.port} for {db} ({tls}); "
+                   f"{len(users)} user(s) with a password", err=True)
+        click.echo("the store is locked for writing while the server runs: stop it before "
+                   "dpsql policy apply, budget grant, user add or releases", err=True)
+        if not users:
+            click.echo("no user can log in yet: stop the server and run dpsql user add NAME",
+                       err=True)
+        click.echo(f'connect with: psql "host={host} port={server.port} user=USER '
+                   f'dbname={Path(db).stem}"', err=True)
+
+    run(config, ready=ready)

@@ -1,0 +1,359 @@
+"""Answer every statement an analyst sends: the one router all front ends share.
+
+``run_statement`` handles DP SELECTs, ``SET``/``RESET``/``SHOW dpsql.*``,
+``SHOW dpsql.budget`` and ``SELECT * FROM dpsql_budget()``, ``EXPLAIN PRIVACY``
+and read-only queries over ``released.*`` tables. A DP query goes: parse and
+validate -> plan -> calibrate noise (refusals cost nothing) -> cache lookup ->
+**charge** -> run the generated SQL -> expand the public keys -> add noise ->
+store the noisy measures -> post-process. The ledger charges before any
+private value is computed; a failure after the charge keeps the charge and
+records a reason that does not depend on the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+from dpsql.errors import DPSQLError, InternalError, QueryRejected
+from dpsql.ledger import Ledger
+from dpsql.policy import Dataset, Policy
+from dpsql.privacy import PrivacyCost
+from dpsql.query import cache, meta
+from dpsql.query.dialect import reject
+from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared
+from dpsql.query.mechanisms import Noise
+from dpsql.query.model import QueryPlan
+from dpsql.query.options import (
+    confidence,
+    option_name,
+    query_cost,
+    reset_option,
+    set_option,
+)
+from dpsql.query.parse import plan_query
+from dpsql.query.plan import Context, calibrate, expand_public_keys, to_sql
+from dpsql.query.post import answer_table, base_table
+from dpsql.query.released import check_released, reads_released
+from dpsql.query.statement import (
+    ExplainStatement,
+    QueryStatement,
+    ResetStatement,
+    SetStatement,
+    ShowStatement,
+    classify,
+)
+
+if TYPE_CHECKING:
+    from dpsql.session import Session
+
+DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The result of one statement, ready for any front end.
+
+    ``table``: the rows. ``kind``: dp, released, explain, set, show or budget.
+    ``cost``: what this statement was charged (zero when free). ``remaining``:
+    the caller's budget left on ``dataset`` (DP answers). ``cached``: a repeat
+    served from the cache. ``columns``: per output column, how it was computed
+    (mechanism, scale, expected error, cost share). ``notice``: one line for
+    the analyst (cost in both units, budget left). ``status``: the command tag.
+    """
+
+    table: pa.Table
+    kind: str
+    cost: PrivacyCost
+    remaining: PrivacyCost | None = None
+    dataset: str | None = None
+    cached: bool = False
+    columns: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    notice: str | None = None
+    status: str = ""
+    audit_id: int | None = None
+
+    def to_pandas(self) -> Any:
+        """The rows as a pandas DataFrame."""
+        return self.table.to_pandas()
+
+    def as_dict(self, delta: float | None = None) -> dict[str, Any]:
+        """JSON-able form: rows, cost, remaining budget and per-column accuracy."""
+        return {
+            "kind": self.kind, "status": self.status, "dataset": self.dataset,
+            "cost": self.cost.as_dict(delta),
+            "remaining": self.remaining.as_dict(delta) if self.remaining else None,
+            "cached": self.cached, "notice": self.notice,
+            "columns": dict(self.columns), "rows": self.table.to_pylist(),
+        }
+
+
+def engine_for(session: Session) -> Engine:
+    """The engine that runs generated SQL for ``session``'s store."""
+    return DuckDBEngine(session.store)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One statement's view of the session: the policy in force when it arrived."""
+
+    session: Session
+    policy: Policy
+    ledger: Ledger
+    engine: Engine
+
+    @property
+    def user(self) -> str:
+        return self.session.user
+
+    @property
+    def zero(self) -> PrivacyCost:
+        return PrivacyCost.zero(self.policy.accounting)
+
+
+def run_statement(session: Session, text: str) -> Answer:
+    """Answer one statement as ``session``'s user; rejections are audited and re-raised."""
+    policy = session.policy
+    call = _Call(session, policy, Ledger(session.store, policy), engine_for(session))
+    try:
+        statement = classify(text)
+        if isinstance(statement, SetStatement):
+            set_option(session.options, statement.name, statement.value)
+            return Answer(pa.table({}), "set", call.zero, status="SET")
+        if isinstance(statement, ResetStatement):
+            reset_option(session.options, statement.name)
+            return Answer(pa.table({}), "set", call.zero, status="RESET")
+        if isinstance(statement, ShowStatement):
+            return _show(call, statement.name, text)
+        if isinstance(statement, ExplainStatement):
+            inner = classify(statement.text)
+            if not isinstance(inner, QueryStatement) or reads_released(inner.ast) \
+                    or _budget_call(inner.ast):
+                raise reject(text, "EXPLAIN PRIVACY takes a DP query", statement.offset,
+                             construct="EXPLAIN PRIVACY",
+                             advice="EXPLAIN PRIVACY SELECT COUNT(*) FROM <dataset> ...")
+            return _explain(call, inner.ast, statement.text, text)
+        return _query(call, statement.ast, text)
+    except QueryRejected as err:
+        call.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
+        raise
+
+
+def _budget_call(ast: exp.Expr) -> bool:
+    source = ast.args.get("from_") if isinstance(ast, exp.Select) else None
+    table = source.this if source is not None else None
+    return isinstance(table, exp.Table) and isinstance(table.this, exp.Anonymous) \
+        and table.this.name.lower() == "dpsql_budget"
+
+
+def _show(call: _Call, name: str, text: str) -> Answer:
+    session, zero = call.session, call.zero
+    lowered = name.lower()
+    if lowered == "dpsql.budget":
+        return Answer(meta.budget_table(session), "budget", zero, status="SHOW")
+    if lowered in ("all", "dpsql.all"):
+        return Answer(meta.all_options(session), "show", zero, status="SHOW")
+    if lowered == "dpsql.datasets":
+        return Answer(meta.datasets_table(session), "show", zero, status="SHOW")
+    if lowered == "dpsql.released":
+        return Answer(meta.released_table(session), "show", zero, status="SHOW")
+    try:
+        short = option_name(name)
+    except QueryRejected as err:
+        raise reject(text, f"SHOW {name} is not available", 0, construct="SHOW",
+                     advice="SHOW dpsql.<option>, dpsql.budget, dpsql.datasets, "
+                     "dpsql.released or ALL") from err
+    return Answer(meta.option_rows(session, [short]), "show", zero, status="SHOW")
+
+
+def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
+    if _budget_call(ast):
+        assert isinstance(ast, exp.Select)
+        extra = [k for k, v in ast.args.items() if v and k not in ("expressions", "from_")]
+        if extra or not all(isinstance(e, exp.Star) for e in ast.expressions):
+            raise reject(text, "dpsql_budget() is read with SELECT * FROM dpsql_budget()", ast,
+                         construct="dpsql_budget()", advice="SELECT * FROM dpsql_budget()")
+        table = meta.budget_table(call.session)
+        return Answer(table, "budget", call.zero, status=f"SELECT {table.num_rows}")
+    if reads_released(ast) or ast.find(exp.From) is None:
+        return _released(call, ast, text)
+    return _dp(call, ast, text)
+
+
+def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
+    check_released(ast, text, meta.released_names(call.session))
+    try:
+        table = call.engine.execute(ast)
+    except EngineError as err:
+        # Released tables are DP already, so the database's message may be shown.
+        raise QueryRejected(f"the query on released tables failed: {err.message}",
+                            construct="query", advice="check the column names (SHOW "
+                            "dpsql.released lists the tables)") from err
+    audit = call.ledger.record(call.user, None, text, "answered", action="released")
+    return Answer(table, "released", call.zero, status=f"SELECT {table.num_rows}",
+                  audit_id=audit)
+
+
+# -- DP queries --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    plan: QueryPlan
+    cost: PrivacyCost
+    noises: tuple[Noise, ...]
+    sql: exp.Select
+    key: str
+
+
+def _prepare(call: _Call, ast: exp.Expr, text: str) -> _Prepared:
+    """Everything up to the charge: validate, price, calibrate and generate the SQL."""
+    types: dict[str, dict[str, str]] = {}
+
+    def types_of(dataset: Dataset) -> dict[str, str]:
+        if dataset.table not in types:
+            try:
+                types[dataset.table] = call.engine.column_types(dataset.table)
+            except EngineError as err:
+                raise InternalError(f"the table of dataset {dataset.name} cannot be read; "
+                                    "ask an administrator to check the store") from err
+        return types[dataset.table]
+
+    plan = plan_query(ast, text, call.policy, types_of)
+    if not plan.measures:
+        raise reject(text, "a DP query needs at least one aggregate", ast,
+                     construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
+    cost = query_cost(call.policy, plan.dataset, call.session.options, plan.options or {})
+    ctx = Context(cache.secret(call.session.store), types_of(plan.dataset), exact=cost.infinite)
+    noises = calibrate(plan, cost, call.policy.accounting, ctx)
+    key = cache.cache_key(call.user, call.policy.fingerprint, plan, cost)
+    return _Prepared(plan, cost, noises, to_sql(plan, ctx), key)
+
+
+def _bind(call: _Call, prepared: _Prepared) -> Prepared:
+    """Bind the generated SQL without reading data (before the charge)."""
+    try:
+        return call.engine.prepare(prepared.sql)
+    except EngineError as err:
+        raise InternalError("dpsql generated a query the database cannot plan; this is a "
+                            "bug in dpsql, please report it with your query") from err
+
+
+def _dp(call: _Call, ast: exp.Expr, text: str) -> Answer:
+    prepared = _prepare(call, ast, text)
+    plan, store, policy = prepared.plan, call.session.store, call.policy
+    dataset = plan.dataset.name
+    stored = cache.lookup(store, prepared.key)
+    if stored is not None:
+        audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
+                                   reason=f"same measurement as request {stored.audit_id}")
+        remaining = call.ledger.budget(call.user, dataset).remaining
+        notice = (f"dpsql: {dataset}: repeated query answered from the cache at no cost "
+                  f"(first answered in request {stored.audit_id}); remaining "
+                  f"{meta.both_units(remaining, policy.delta, budget=True)}")
+        return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
+                       notice, True, audit)
+    bound = _bind(call, prepared)
+    try:
+        charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
+    except BaseException:
+        bound.close()
+        raise
+    try:
+        dense = expand_public_keys(plan, bound.run())
+        noisy = [n.apply(d) for n, d in zip(prepared.noises, dense, strict=True)]
+        noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
+                           charge.id, prepared.noises, noisy,
+                           lambda cur: call.ledger.finish(charge.id, "answered", cursor=cur))
+    except BaseException as err:
+        call.ledger.finish(charge.id, "failed", reason="the generated query did not "
+                           "complete; the charge stands")
+        if isinstance(err, DPSQLError):
+            raise
+        raise InternalError("the query failed after it was charged; this is a bug in dpsql, "
+                            "please report it with your query") from None
+    notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
+              f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
+    return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
+                   notice, False, charge.id)
+
+
+def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
+            noisy: list[np.ndarray], cost: PrivacyCost, remaining: PrivacyCost, notice: str,
+            cached: bool, audit_id: int) -> Answer:
+    level = confidence(call.session.options)
+    table = answer_table(plan, base_table(plan, noisy, noises, level), level)
+    return Answer(table, "dp", cost, remaining, plan.dataset.name, cached,
+                  column_info(plan, noises, call.policy.delta, level), notice,
+                  f"SELECT {table.num_rows}", audit_id)
+
+
+def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
+                level: float | None) -> dict[str, dict[str, Any]]:
+    """How each output column was computed: public key, noisy aggregate or post-processing."""
+    level = level or DEFAULT_CONFIDENCE
+    info: dict[str, dict[str, Any]] = {}
+    for output in plan.outputs:
+        if output.key is not None:
+            key = plan.keys[output.key]
+            info[output.name] = {"kind": "key", "column": key.column, "public": True,
+                                 "groups": key.size}
+        elif output.aggregate is not None:
+            agg = plan.aggregates[output.aggregate]
+            parts = [noises[m] for m in agg.measures]
+            entry: dict[str, Any] = {"kind": "aggregate", "aggregate": agg.label}
+            if agg.func == "avg":
+                total = parts[0].cost + parts[1].cost
+                entry.update(mechanism=parts[0].mechanism, cost=total.as_dict(delta),
+                             sum=parts[0].describe(delta, level),
+                             count=parts[1].describe(delta, level),
+                             note="noisy sum / noisy count; its error depends on the count")
+            else:
+                entry.update(parts[0].describe(delta, level))
+            info[output.name] = entry
+        else:
+            used = sorted({plan.aggregates[int(c.name[2:])].label
+                           for c in output.expr.find_all(exp.Column) if c.name.startswith("_a")})
+            info[output.name] = {"kind": "post-processing", "uses": used}
+    return info
+
+
+def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
+    prepared = _prepare(call, ast, inner)
+    _bind(call, prepared).close()
+    plan, policy = prepared.plan, call.policy
+    level = confidence(call.session.options) or DEFAULT_CONFIDENCE
+    info = column_info(plan, prepared.noises, policy.delta, level)
+    rows: dict[str, list[Any]] = {k: [] for k in (
+        "column", "aggregate", "mechanism", "cost", "scale", "std", "ci_halfwidth",
+        "confidence")}
+    for j, agg in enumerate(plan.aggregates):
+        parts = ("sum", "count") if agg.func == "avg" else ("",)
+        for m, part in zip(agg.measures, parts, strict=True):
+            noise_ = prepared.noises[m]
+            names = [o.name for o in plan.outputs if o.aggregate == j]
+            rows["column"].append(", ".join(names) or "(HAVING/ORDER BY)")
+            rows["aggregate"].append(agg.label + (f" [{part}]" if part else ""))
+            rows["mechanism"].append(noise_.mechanism)
+            rows["cost"].append(meta.both_units(noise_.cost, policy.delta))
+            rows["scale"].append(noise_.scale)
+            rows["std"].append(noise_.std())
+            rows["ci_halfwidth"].append(noise_.halfwidth(level))
+            rows["confidence"].append(level)
+    table = pa.table({k: pa.array(v) for k, v in rows.items()})
+    cached = cache.lookup(call.session.store, prepared.key) is not None
+    remaining = call.ledger.budget(call.user, plan.dataset.name).remaining
+    would = "nothing (a repeat: answered from the cache)" if cached else \
+        meta.both_units(prepared.cost, policy.delta)
+    notice = (f"dpsql: {plan.dataset.name}: this query would cost {would}; split equally "
+              f"over {len(plan.measures)} measurement(s); {plan.cells} public group(s); "
+              f"remaining {meta.both_units(remaining, policy.delta, budget=True)}")
+    audit = call.ledger.record(call.user, plan.dataset.name, text, "explained",
+                               action="explain")
+    return Answer(table, "explain", call.zero, remaining, plan.dataset.name, cached, info,
+                  notice, "EXPLAIN", audit)

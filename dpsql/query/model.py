@@ -1,0 +1,150 @@
+"""The QueryPlan: what a validated DP query measures and how its answer is post-processed.
+
+A plan separates three layers. **Measures** are the noisy vectors the query
+pays for (a count or a bounded sum over every public cell). **Aggregates** are
+what the analyst wrote (COUNT, SUM, AVG) computed from measures: AVG uses two.
+**Outputs**, HAVING, ORDER BY and LIMIT are post-processing over the noisy
+aggregates and the public keys, so they cost nothing. Post-processing
+expressions refer to key ``i`` as column ``_k{i}`` and aggregate ``j`` as
+``_a{j}``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlglot import exp
+
+from dpsql.policy import Dataset
+
+KeyMode = Literal["value", "policy_bins", "width"]
+MeasureKind = Literal["count", "sum", "centered_sum"]
+AggregateFunc = Literal["count", "sum", "avg"]
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """One GROUP BY key with its full public key set (``values``, in code order).
+
+    ``value``: the column's public values (categorical, or integer bins of
+    width 1). ``policy_bins``: the policy's bins, keyed by lower edge.
+    ``width``: ``dp_bin(col, width)``, bins ``[k*width, (k+1)*width)`` over
+    the column's bounds, keyed by lower edge. ``None`` in ``values`` is the
+    NULL key of a nullable column.
+    """
+
+    column: str
+    mode: KeyMode
+    values: tuple[Any, ...]
+    width: float | int | None = None
+
+    @property
+    def size(self) -> int:
+        """Number of public keys."""
+        return len(self.values)
+
+    def signature(self) -> list[Any]:
+        """What identifies the key set (for the normalized plan)."""
+        return [self.column, self.mode, self.width]
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A noisy vector over all cells: a count, a clamped sum, or a centred sum (for AVG).
+
+    The centred sum adds ``value - midpoint of the bounds``; ``column`` None is
+    COUNT(*); ``filter`` is a FILTER row predicate.
+    """
+
+    kind: MeasureKind
+    column: str | None
+    filter: exp.Expr | None = None
+
+    def signature(self) -> list[Any]:
+        """What identifies the measure (two equal signatures measure the same thing)."""
+        where = self.filter.sql(dialect="duckdb") if self.filter is not None else None
+        return [self.kind, self.column, where]
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.signature()))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Measure) and self.signature() == other.signature()
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """An aggregate the analyst wrote, computed from ``measures`` (indexes into the plan's)."""
+
+    func: AggregateFunc
+    column: str | None
+    measures: tuple[int, ...]
+    label: str
+
+    @property
+    def default_name(self) -> str:
+        """The output name when the query gives none: count, sum_x, avg_x."""
+        if self.func == "count" and self.column is None:
+            return "count"
+        return f"{self.func}_{self.column}"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output column: its name and a post-processing expression over ``_k``/``_a``.
+
+    ``aggregate`` is set when the column is a bare aggregate (it then gets CI columns).
+    """
+
+    name: str
+    expr: exp.Expr
+    aggregate: int | None = None
+    key: int | None = None
+
+
+@dataclass(frozen=True)
+class Order:
+    """One ORDER BY item over the post-processing columns."""
+
+    expr: exp.Expr
+    desc: bool = False
+    nulls_first: bool | None = None
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A validated DP query over one dataset."""
+
+    dataset: Dataset
+    keys: tuple[GroupKey, ...]
+    measures: tuple[Measure, ...]
+    aggregates: tuple[Aggregate, ...]
+    where: exp.Expr | None
+    outputs: tuple[Output, ...]
+    having: exp.Expr | None = None
+    order: tuple[Order, ...] = ()
+    limit: int | None = None
+    offset: int | None = None
+    options: Mapping[str, str] | None = None
+
+    @property
+    def cells(self) -> int:
+        """Number of public cells (product of the key set sizes; 1 without GROUP BY)."""
+        return math.prod(k.size for k in self.keys)
+
+    def normalized(self) -> str:
+        """The measurement part of the plan as canonical text.
+
+        Two plans with the same text measure the same thing; post-processing
+        (outputs, HAVING, ORDER BY, LIMIT) is not part of it.
+        """
+        return json.dumps({
+            "dataset": self.dataset.name,
+            "keys": [k.signature() for k in self.keys],
+            "measures": [m.signature() for m in self.measures],
+            "where": self.where.sql(dialect="duckdb") if self.where is not None else None,
+        }, sort_keys=True, default=str)

@@ -1,0 +1,289 @@
+"""Post-processing: noisy measures -> the answer table (free: it only reads noisy values).
+
+Counts stay integers (unbiased, so they may be negative); SUM is the noisy total
+in the column's units; AVG is ``midpoint + noisy centred sum / noisy count``,
+clamped into the bounds, and NULL when the noisy count is below one. Then the
+validated SELECT expressions, HAVING, ORDER BY and LIMIT run over the noisy
+table in Arrow, never in the database. With ``dpsql.ci`` set each bare
+aggregate column gets ``<name>_ci_low`` / ``<name>_ci_high``: an interval that
+holds the true (bounded, clamped) value with the stated confidence under the
+noise alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeAlias
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from dpsql.errors import InternalError
+from dpsql.query.aggregates import bounds_of
+from dpsql.query.mechanisms import Noise
+from dpsql.query.model import Aggregate, QueryPlan
+from dpsql.query.plan import key_arrays, midpoint
+
+Value: TypeAlias = Any  # a pyarrow Array, ChunkedArray or Scalar
+
+
+def _sum_values(units: np.ndarray, noise_: Noise) -> np.ndarray:
+    if noise_.exponent >= 0:
+        return units * (2**noise_.exponent)
+    return np.ldexp(units.astype(np.float64), noise_.exponent)
+
+
+def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Noise, ...],
+                      confidence: float | None) -> dict[str, pa.Array]:
+    """``_a{j}`` (and ``_a{j}_lo``/``_hi`` with a confidence) for every aggregate."""
+    out: dict[str, pa.Array] = {}
+    for j, agg in enumerate(plan.aggregates):
+        if agg.func == "avg":
+            value, low, high = _average(plan, agg, noisy, noises, confidence)
+        else:
+            m = agg.measures[0]
+            value = _sum_values(noisy[m], noises[m]) if agg.func == "sum" else noisy[m]
+            half = noises[m].halfwidth(confidence) if confidence is not None else 0.0
+            low = high = None
+            if confidence is not None:
+                if value.dtype.kind == "i" and half == int(half):
+                    low, high = value - int(half), value + int(half)
+                else:
+                    low, high = value - half, value + half
+        out[f"_a{j}"] = pa.array(value)
+        if confidence is not None:
+            out[f"_a{j}_lo"] = pa.array(low)
+            out[f"_a{j}_hi"] = pa.array(high)
+    return out
+
+
+def _average(plan: QueryPlan, agg: Aggregate, noisy: list[np.ndarray],
+             noises: tuple[Noise, ...], confidence: float | None
+             ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    sum_m, count_m = agg.measures
+    col = plan.dataset.column(agg.column or "")
+    lo, hi = bounds_of(col)  # type: ignore[misc]
+    mid = float(midpoint(col))
+    total = _sum_values(noisy[sum_m], noises[sum_m]).astype(np.float64)
+    count = noisy[count_m].astype(np.float64)
+    defined = count >= 1
+    safe = np.where(defined, count, 1.0)
+    value = np.where(defined, np.clip(mid + total / safe, lo, hi), np.nan)
+    if confidence is None:
+        return _nan_to_null(value), None, None
+    # Each part at 1 - (1 - c)/2, so both hold together with probability >= c (union bound).
+    part = 1 - (1 - confidence) / 2
+    hs, hc = noises[sum_m].halfwidth(part), noises[count_m].halfwidth(part)
+    corners = [mid + (total + s) / np.maximum(count + c, 1) for s in (-hs, hs) for c in (-hc, hc)]
+    positive = count - hc >= 1
+    low = np.where(positive, np.clip(np.minimum.reduce(corners), lo, hi), lo)
+    high = np.where(positive, np.clip(np.maximum.reduce(corners), lo, hi), hi)
+    low = np.where(defined, low, np.nan)
+    high = np.where(defined, high, np.nan)
+    return _nan_to_null(value), _nan_to_null(low), _nan_to_null(high)
+
+
+def _nan_to_null(values: np.ndarray) -> Any:
+    return pa.array(values, mask=np.isnan(values))
+
+
+def base_table(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Noise, ...],
+               confidence: float | None) -> pa.Table:
+    """One row per public cell: keys ``_k{i}`` and noisy aggregates ``_a{j}``."""
+    columns: dict[str, Any] = {f"_k{i}": a for i, a in enumerate(key_arrays(plan))}
+    columns.update(aggregate_columns(plan, noisy, noises, confidence))
+    if not columns:
+        return pa.table({"_empty": pa.array([0])})
+    return pa.table(columns)
+
+
+def answer_table(plan: QueryPlan, base: pa.Table, confidence: float | None) -> pa.Table:
+    """Apply HAVING, the SELECT expressions, ORDER BY and LIMIT/OFFSET to the noisy cells."""
+    if plan.having is not None:
+        keep = _typed(_as_array(evaluate(plan.having, base), base.num_rows), pa.bool_())
+        base = base.filter(pc.fill_null(keep, False))
+    if plan.order:
+        base = base.take(pa.array(_order_indices(plan, base), type=pa.int64()))
+    start = plan.offset or 0
+    stop = None if plan.limit is None else start + plan.limit
+    base = base.slice(start, None if stop is None else max(0, stop - start))
+    columns: dict[str, Any] = {}
+    for output in plan.outputs:
+        columns[output.name] = _as_array(evaluate(output.expr, base), base.num_rows)
+        if confidence is not None and output.aggregate is not None:
+            columns[f"{output.name}_ci_low"] = base.column(f"_a{output.aggregate}_lo")
+            columns[f"{output.name}_ci_high"] = base.column(f"_a{output.aggregate}_hi")
+    return pa.table(columns)
+
+
+def _order_indices(plan: QueryPlan, table: pa.Table) -> np.ndarray:
+    keys = []
+    for item in plan.order:
+        values = _as_array(evaluate(item.expr, table), table.num_rows)
+        if pa.types.is_null(_type(values)):
+            continue  # ORDER BY NULL: a constant, no effect on the order
+        nulls_last = not item.nulls_first
+        # Nulls sort after every value when (ascending and nulls last) or (descending and
+        # nulls first); ranking them at the other end and negating flips them as needed.
+        placement = "at_end" if nulls_last != item.desc else "at_start"
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        ranks = pc.rank(values, sort_keys=[("", "ascending", placement)],
+                        tiebreaker="dense").to_numpy().astype(np.int64)
+        keys.append(-ranks if item.desc else ranks)
+    return np.lexsort(keys[::-1]) if keys else np.arange(table.num_rows)
+
+
+def _as_array(value: Value, length: int) -> pa.Array | pa.ChunkedArray:
+    if isinstance(value, pa.Scalar):
+        return pa.array([value.as_py()] * length, type=value.type)
+    return value
+
+
+# -- the evaluator ------------------------------------------------------------------------
+
+
+_BINARY: dict[type, Callable[[Value, Value], Value]] = {
+    exp.Add: pc.add, exp.Sub: pc.subtract, exp.Mul: pc.multiply,
+    exp.EQ: pc.equal, exp.NEQ: pc.not_equal, exp.GT: pc.greater, exp.GTE: pc.greater_equal,
+    exp.LT: pc.less, exp.LTE: pc.less_equal, exp.And: pc.and_kleene, exp.Or: pc.or_kleene,
+}
+
+
+def evaluate(node: exp.Expr, table: pa.Table) -> Value:
+    """Evaluate a validated post-processing expression over ``table`` (SQL null semantics)."""
+    op = _BINARY.get(type(node))
+    if op is not None:
+        left, right = evaluate(node.this, table), evaluate(node.expression, table)
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+            left, right = _float(left), _float(right)
+        elif isinstance(node, (exp.And, exp.Or)):
+            left, right = _typed(left, pa.bool_()), _typed(right, pa.bool_())
+        else:
+            left, right = _typed(left, _type(right)), _typed(right, _type(left))
+            if pa.types.is_null(_type(left)):  # NULL = NULL, NULL < NULL, ...
+                return pa.scalar(None, pa.bool_())
+        return op(left, right)
+    if isinstance(node, exp.Column):
+        return table.column(node.name)
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            return pa.scalar(node.this)
+        text = node.this
+        return pa.scalar(int(text)) if text.lstrip("-").isdigit() else pa.scalar(float(text))
+    if isinstance(node, exp.Null):
+        return pa.scalar(None, type=pa.null())
+    if isinstance(node, exp.Boolean):
+        return pa.scalar(bool(node.this))
+    if isinstance(node, exp.Paren):
+        return evaluate(node.this, table)
+    if isinstance(node, exp.Cast):
+        return _float(evaluate(node.this, table))
+    if isinstance(node, exp.Neg):
+        return pc.negate(_float(evaluate(node.this, table)))
+    if isinstance(node, exp.Div):
+        left = _float(evaluate(node.this, table))
+        right = _float(evaluate(node.expression, table))
+        zero = pc.equal(right, 0.0)
+        return pc.if_else(zero, pa.scalar(None, pa.float64()),
+                          pc.divide(left, pc.if_else(zero, 1.0, right)))
+    if isinstance(node, exp.Not):
+        return pc.invert(_typed(evaluate(node.this, table), pa.bool_()))
+    return _evaluate_more(node, table)
+
+
+def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
+    if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)):
+        left, right = evaluate(node.this, table), evaluate(node.expression, table)
+        left, right = _typed(left, _type(right)), _typed(right, _type(left))
+        if pa.types.is_null(_type(left)):
+            return pa.scalar(isinstance(node, exp.NullSafeEQ))
+        both_null = pc.and_(pc.is_null(left), pc.is_null(right))
+        same = pc.if_else(both_null, True, pc.fill_null(pc.equal(left, right), False))
+        return same if isinstance(node, exp.NullSafeEQ) else pc.invert(same)
+    if isinstance(node, exp.Between):
+        low = exp.GTE(this=node.this, expression=node.args["low"])
+        high = exp.LTE(this=node.this, expression=node.args["high"])
+        return evaluate(exp.And(this=low, expression=high), table)
+    if isinstance(node, exp.In):
+        value = evaluate(node.this, table)
+        if pa.types.is_null(_type(value)):
+            return pa.scalar(None, pa.bool_())
+        items = [evaluate(e, table) for e in node.expressions]
+        found = pc.is_in(value, value_set=pa.array([i.as_py() for i in items]).cast(
+            _type(value)))
+        return pc.if_else(pc.is_null(value), pa.scalar(None, pa.bool_()), found)
+    if isinstance(node, exp.Is):
+        value = evaluate(node.this, table)
+        if isinstance(node.expression, exp.Null):
+            return pc.is_null(value)
+        return pc.fill_null(pc.equal(value, bool(node.expression.this)), False)
+    if isinstance(node, (exp.Like, exp.ILike, exp.Escape)):
+        return _like(node, table)
+    if isinstance(node, exp.Abs):
+        return pc.abs(_float(evaluate(node.this, table)))
+    if isinstance(node, exp.Round):
+        digits = int(node.args["decimals"].this) if node.args.get("decimals") else 0
+        return pc.round(_float(evaluate(node.this, table)), ndigits=digits,
+                        round_mode="half_towards_infinity")
+    if isinstance(node, exp.Lower):
+        return pc.utf8_lower(_typed(evaluate(node.this, table), pa.string()))
+    if isinstance(node, exp.Upper):
+        return pc.utf8_upper(_typed(evaluate(node.this, table), pa.string()))
+    if isinstance(node, exp.Length):
+        return pc.utf8_length(_typed(evaluate(node.this, table), pa.string()))
+    if isinstance(node, exp.Coalesce):
+        parts = [evaluate(n, table) for n in [node.this, *node.expressions]]
+        typed = [p for p in parts if not pa.types.is_null(_type(p))]
+        if not typed:
+            return parts[0]
+        return pc.coalesce(*[_typed(p, _type(typed[0])) for p in parts])
+    raise InternalError(f"post-processing cannot evaluate {node.key}; this is a bug in dpsql")
+
+
+def _like(node: exp.Expr, table: pa.Table) -> Value:
+    escape = None
+    if isinstance(node, exp.Escape):
+        escape = node.expression.this
+        node = node.this
+    value = _typed(evaluate(node.this, table), pa.string())
+    return pc.match_like(value, arrow_pattern(node.expression.this, escape),
+                         ignore_case=isinstance(node, exp.ILike))
+
+
+def arrow_pattern(pattern: str, escape: str | None) -> str:
+    """A SQL LIKE pattern (optional ESCAPE character) in Arrow's form (backslash escapes)."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if escape is not None and char == escape and i + 1 < len(pattern):
+            out.append("\\" + pattern[i + 1])
+            i += 2
+            continue
+        out.append("\\\\" if char == "\\" else char)
+        i += 1
+    return "".join(out)
+
+
+def _type(value: Value) -> pa.DataType:
+    return value.type
+
+
+def _typed(value: Value, kind: pa.DataType) -> Value:
+    """A NULL literal (Arrow's null type) as a null of ``kind``; anything else unchanged."""
+    if pa.types.is_null(_type(value)) and not pa.types.is_null(kind):
+        return pc.cast(value, kind)
+    return value
+
+
+def _float(value: Value) -> Value:
+    kind = value.type
+    if pa.types.is_null(kind):
+        return pa.scalar(None, pa.float64()) if isinstance(value, pa.Scalar) else \
+            pa.nulls(len(value), pa.float64())
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        return pc.cast(value, pa.float64())
+    return value

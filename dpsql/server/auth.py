@@ -1,0 +1,294 @@
+"""SCRAM-SHA-256 authentication (RFC 5802, RFC 7677), credentials in the store, login limits.
+
+Verifiers are stored as PostgreSQL does,
+``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>``, so the server
+never holds a password. An unknown user goes through the same exchange as a
+known one with a mock salt derived from a server secret (the same salt on
+every attempt), so a client cannot tell an unknown user from a wrong
+password by the messages, their order or their number. Channel binding
+(SCRAM-SHA-256-PLUS) is not offered.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import stringprep
+import threading
+import time
+import unicodedata
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dpsql.errors import ConfigurationError
+from dpsql.store import Store, now
+
+MECHANISM = "SCRAM-SHA-256"
+DEFAULT_ITERATIONS = 4096  # PostgreSQL's default scram_iterations
+SALT_BYTES = 16
+MIN_PASSWORD = 8
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+def _hmac(key: bytes, msg: bytes) -> bytes:
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def saslprep(password: str) -> str:
+    """SASLprep (RFC 4013) of a password; like PostgreSQL, the raw text when it fails."""
+    mapped = "".join("" if stringprep.in_table_b1(c) else
+                     " " if stringprep.in_table_c12(c) else c for c in password)
+    text = unicodedata.normalize("NFKC", mapped)
+    if not text:
+        return password
+    prohibited = (stringprep.in_table_c12, stringprep.in_table_c21_c22, stringprep.in_table_c3,
+                  stringprep.in_table_c4, stringprep.in_table_c5, stringprep.in_table_c6,
+                  stringprep.in_table_c7, stringprep.in_table_c8, stringprep.in_table_c9)
+    if any(check(c) for c in text for check in prohibited):
+        return password
+    bidi = any(stringprep.in_table_d1(c) for c in text)
+    if bidi and (not (stringprep.in_table_d1(text[0]) and stringprep.in_table_d1(text[-1]))
+                 or any(stringprep.in_table_d2(c) for c in text)):
+        return password
+    return text
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """What the server keeps for one password."""
+
+    iterations: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+
+    @classmethod
+    def make(cls, password: str, *, iterations: int = DEFAULT_ITERATIONS,
+             salt: bytes | None = None) -> Verifier:
+        """The verifier of ``password`` (a fresh random salt unless one is given)."""
+        salt = salt if salt is not None else secrets.token_bytes(SALT_BYTES)
+        salted = hashlib.pbkdf2_hmac("sha256", saslprep(password).encode("utf-8"), salt,
+                                     iterations)
+        client_key = _hmac(salted, b"Client Key")
+        return cls(iterations, salt, hashlib.sha256(client_key).digest(),
+                   _hmac(salted, b"Server Key"))
+
+    def encode(self) -> str:
+        """The stored form, as PostgreSQL writes it in pg_authid.rolpassword."""
+        return (f"{MECHANISM}${self.iterations}:{_b64(self.salt)}$"
+                f"{_b64(self.stored_key)}:{_b64(self.server_key)}")
+
+    @classmethod
+    def parse(cls, text: str) -> Verifier:
+        """Read the stored form back."""
+        try:
+            mechanism, params, keys = text.split("$")
+            iterations, salt = params.split(":")
+            stored, server = keys.split(":")
+            if mechanism != MECHANISM:
+                raise ValueError(mechanism)
+            return cls(int(iterations), _unb64(salt), _unb64(stored), _unb64(server))
+        except ValueError as err:
+            raise ConfigurationError("a stored credential is not a SCRAM-SHA-256 verifier; "
+                                     "reset it with: dpsql user add NAME") from err
+
+    def check(self, password: str) -> bool:
+        """Whether ``password`` matches (used by tests and the CLI, not by logins)."""
+        other = Verifier.make(password, iterations=self.iterations, salt=self.salt)
+        return hmac.compare_digest(other.stored_key, self.stored_key)
+
+
+class AuthFailed(Exception):
+    """The exchange failed; the server answers with one message whatever the reason."""
+
+
+def _attributes(message: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in message.split(","):
+        if len(part) < 2 or part[1] != "=":
+            raise AuthFailed("malformed SCRAM attribute")
+        out.setdefault(part[0], part[2:])
+    return out
+
+
+class ScramExchange:
+    """The server side of one SCRAM-SHA-256 exchange (two round trips)."""
+
+    def __init__(self, verifier: Verifier, *, genuine: bool) -> None:
+        self.verifier = verifier
+        self.genuine = genuine  # False for mock verifiers (unknown users): always fails
+        self._client_first_bare = ""
+        self._server_first = ""
+        self._nonce = ""
+        self._gs2 = ""
+
+    def first(self, client_first: bytes) -> bytes:
+        """Answer client-first-message with server-first-message."""
+        try:
+            text = client_first.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise AuthFailed("client-first-message is not UTF-8") from err
+        parts = text.split(",", 2)
+        if len(parts) != 3 or parts[0] not in ("n", "y") or parts[1]:
+            # "p=..." asks for channel binding, which is not offered.
+            raise AuthFailed("unsupported GS2 header")
+        self._gs2 = parts[0] + ",,"
+        self._client_first_bare = parts[2]
+        attrs = _attributes(self._client_first_bare)
+        client_nonce = attrs.get("r", "")
+        if not client_nonce or "m" in attrs:
+            raise AuthFailed("client nonce missing")
+        self._nonce = client_nonce + _b64(secrets.token_bytes(18))
+        self._server_first = (f"r={self._nonce},s={_b64(self.verifier.salt)},"
+                              f"i={self.verifier.iterations}")
+        return self._server_first.encode("ascii")
+
+    def final(self, client_final: bytes) -> bytes:
+        """Check the client proof; return server-final-message or raise AuthFailed."""
+        try:
+            text = client_final.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise AuthFailed("client-final-message is not UTF-8") from err
+        without_proof, sep, proof_attr = text.rpartition(",p=")
+        if not sep:
+            raise AuthFailed("proof missing")
+        attrs = _attributes(without_proof)
+        if attrs.get("c") != _b64(self._gs2.encode("ascii")) or attrs.get("r") != self._nonce:
+            raise AuthFailed("channel binding or nonce mismatch")
+        try:
+            proof = _unb64(proof_attr)
+        except ValueError as err:
+            raise AuthFailed("proof is not base64") from err
+        auth_message = ",".join([self._client_first_bare, self._server_first,
+                                 without_proof]).encode("utf-8")
+        signature = _hmac(self.verifier.stored_key, auth_message)
+        if len(proof) != len(signature):
+            raise AuthFailed("proof has the wrong length")
+        client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+        matches = hmac.compare_digest(hashlib.sha256(client_key).digest(),
+                                      self.verifier.stored_key)
+        if not (matches and self.genuine):
+            raise AuthFailed("wrong password or unknown user")
+        server_signature = _hmac(self.verifier.server_key, auth_message)
+        return f"v={_b64(server_signature)}".encode("ascii")
+
+
+def mock_verifier(user: str, secret: bytes) -> Verifier:
+    """A verifier for a user that does not exist: a stable salt, keys nobody can match."""
+    salt = _hmac(secret, b"salt:" + user.encode("utf-8"))[:SALT_BYTES]
+    keys = _hmac(secret, b"keys:" + user.encode("utf-8"))
+    return Verifier(DEFAULT_ITERATIONS, salt, keys, _hmac(keys, b"server"))
+
+
+# -- credentials in the store ----------------------------------------------------------------
+
+
+def check_password(password: str) -> None:
+    """Refuse passwords too short to resist guessing."""
+    if len(password) < MIN_PASSWORD:
+        raise ConfigurationError(f"a password needs at least {MIN_PASSWORD} characters")
+
+
+def set_password(store: Store, user: str, password: str, *,
+                 iterations: int = DEFAULT_ITERATIONS) -> None:
+    """Store a SCRAM verifier for ``user`` (who must be declared in the active policy)."""
+    if user not in store.active_policy().users:
+        raise ConfigurationError(f"no user {user!r} in the store's policy; declare it under "
+                                 "users: and run dpsql policy apply first")
+    check_password(password)
+    if iterations < DEFAULT_ITERATIONS:
+        raise ConfigurationError(f"use at least {DEFAULT_ITERATIONS} iterations")
+    verifier = Verifier.make(password, iterations=iterations).encode()
+    with store.lock, store.transaction() as cur:
+        cur.execute("INSERT OR REPLACE INTO dpsql.credentials VALUES (?, ?, ?)",
+                    [user, verifier, now()])
+        cur.execute("INSERT INTO dpsql.audit (id, ts, user_name, action, outcome, fingerprint) "
+                    "VALUES (?, ?, ?, 'credential', 'set', ?)",
+                    [store.next_id(cur), now(), user, store.active_policy().fingerprint])
+
+
+def remove_user(store: Store, user: str) -> bool:
+    """Delete ``user``'s credential; returns whether there was one."""
+    with store.lock, store.transaction() as cur:
+        row = cur.execute("SELECT count(*) FROM dpsql.credentials WHERE user_name = ?",
+                          [user]).fetchone()
+        cur.execute("DELETE FROM dpsql.credentials WHERE user_name = ?", [user])
+        found = bool(row and row[0])
+        if found:
+            cur.execute("INSERT INTO dpsql.audit (id, ts, user_name, action, outcome, "
+                        "fingerprint) VALUES (?, ?, ?, 'credential', 'removed', ?)",
+                        [store.next_id(cur), now(), user, store.active_policy().fingerprint])
+    return found
+
+
+def list_users(store: Store) -> list[dict[str, object]]:
+    """Users with a credential: name, role in the active policy (or None) and when set."""
+    policy = store.active_policy()
+    rows = store.cursor().execute("SELECT user_name, created_at FROM dpsql.credentials "
+                                  "ORDER BY user_name").fetchall()
+    return [{"user": r[0], "role": policy.users[r[0]].role if r[0] in policy.users else None,
+             "created_at": r[1]} for r in rows]
+
+
+def load_verifier(store: Store, user: str) -> Verifier | None:
+    """The stored verifier of a user in the active policy, or None."""
+    if user not in store.active_policy().users:
+        return None
+    row = store.cursor().execute("SELECT verifier FROM dpsql.credentials WHERE user_name = ?",
+                                 [user]).fetchone()
+    return Verifier.parse(row[0]) if row else None
+
+
+# -- failed-login limits -----------------------------------------------------------------------
+
+
+class LoginLimiter:
+    """Sliding-window counts of failed logins per user name and per client address.
+
+    Once a user name (known or not) or an address has too many recent failures,
+    further attempts fail the same way as a wrong password until the window
+    passes, so the limit reveals nothing about which users exist.
+    """
+
+    def __init__(self, *, per_user: int = 5, per_host: int = 50, window: float = 60.0,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.per_user = per_user
+        self.per_host = per_host
+        self.window = window
+        self._clock = clock or time.monotonic
+        self._users: dict[str, deque[float]] = {}
+        self._hosts: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def _recent(self, table: dict[str, deque[float]], key: str) -> deque[float]:
+        events = table.setdefault(key, deque())
+        horizon = self._clock() - self.window
+        while events and events[0] < horizon:
+            events.popleft()
+        if not events:
+            table.pop(key, None)
+            return deque()
+        return events
+
+    def blocked(self, user: str, host: str) -> bool:
+        """Whether attempts for this user or from this host are refused right now."""
+        with self._lock:
+            return (len(self._recent(self._users, user)) >= self.per_user
+                    or len(self._recent(self._hosts, host)) >= self.per_host)
+
+    def failed(self, user: str, host: str) -> None:
+        """Record one failed attempt."""
+        with self._lock:
+            stamp = self._clock()
+            self._users.setdefault(user, deque()).append(stamp)
+            self._hosts.setdefault(host, deque()).append(stamp)

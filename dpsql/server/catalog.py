@@ -1,0 +1,218 @@
+"""The sanitized catalog: what SQL clients may learn about a store, and where they ask.
+
+Privacy: the catalog holds schema only. Datasets appear as tables in schema
+``public`` under their policy names with their *visible* columns (hidden
+columns never appear) and the column types of the underlying table; released
+synthetic tables appear in schema ``released`` with their columns and a
+comment naming their provenance. No row, row count, size, statistic or
+histogram of a private table is ever read into it, so whatever SQL runs
+against it cannot reveal a private value.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import duckdb
+import pyarrow as pa
+
+from dpsql.server import pgcatalog, rewrite
+from dpsql.server.pgcatalog import Client, Relation
+from dpsql.store import HARDENED_CONFIG, Store
+
+REFRESH_SECONDS = 1.0
+CATALOG_LIMITS: dict[str, str | int] = {"memory_limit": "256MB", "threads": 1,
+                                        "max_temp_directory_size": "0B"}
+
+
+def relations(store: Store) -> tuple[Relation, ...]:
+    """The sanitized relations of the store under its active policy."""
+    policy = store.active_policy()
+    out = []
+    for ds in policy.datasets.values():
+        types = store.table_columns(ds.table)
+        columns = tuple((c.name, types.get(c.name, "VARCHAR")) for c in ds.visible_columns)
+        out.append(Relation("public", ds.name, columns,
+                            f"dataset {ds.name}: aggregate queries only, answered with "
+                            "differential privacy and charged to your budget"))
+    provenance = {
+        name: (dataset, synthesizer, privacy, released_at)
+        for name, dataset, synthesizer, privacy, released_at in store.cursor().execute(
+            "SELECT name, dataset, synthesizer, privacy, released_at FROM dpsql.releases "
+            "WHERE superseded_by IS NULL ORDER BY released_at").fetchall()}
+    for table in _released_tables(store):
+        columns = tuple(store.table_columns(table, schema="released").items())
+        origin = provenance.get(table)
+        parent = next((name for name in provenance if table.startswith(name + "_")), None)
+        if origin:
+            comment = (f"synthetic release of dataset {origin[0]} by {origin[1]} "
+                       f"({origin[2]}), released {origin[3]:%Y-%m-%d %H:%M}")
+        elif parent:
+            comment = f"a DP product of release {parent} (see dpsql releases {parent})"
+        else:
+            comment = "released synthetic table"
+        out.append(Relation("released", table, columns, comment))
+    return tuple(out)
+
+
+def _released_tables(store: Store) -> list[str]:
+    rows = store.cursor().execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'released' "
+        "ORDER BY table_name").fetchall()
+    return [r[0] for r in rows]
+
+
+def _signature(store: Store) -> tuple[object, ...]:
+    """Changes whenever what the catalog shows could change (policy version, releases)."""
+    released = store.cursor().execute(
+        "SELECT count(*), max(released_at) FROM dpsql.releases").fetchone()
+    return (store.policy_version(), tuple(_released_tables(store)), released)
+
+
+@dataclass
+class _Built:
+    signature: tuple[object, ...]
+    database: duckdb.DuckDBPyConnection
+    names: frozenset[str]
+
+
+class CatalogSource:
+    """The shared catalog database of one server, rebuilt when the store changes."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._built: _Built | None = None
+        self._checked = 0.0
+
+    def current(self) -> _Built:
+        """The catalog database matching the store now (checked at most once a second)."""
+        with self._lock:
+            built = self._built
+            stamp = time.monotonic()
+            if built is not None and stamp - self._checked < REFRESH_SECONDS:
+                return built
+            signature = _signature(self.store)
+            self._checked = stamp
+            if built is not None and built.signature == signature:
+                return built
+            shown = relations(self.store)
+            # The catalog is tiny: a client query that tries to use the whole machine
+            # (a huge generate_series, say) hits these limits or the statement timeout.
+            database = duckdb.connect(":memory:", config={**HARDENED_CONFIG, **CATALOG_LIMITS})
+            pgcatalog.build_shared(database, shown)
+            self._built = _Built(signature, database,
+                                 frozenset(r.name.lower() for r in shown))
+            return self._built
+
+    def user_relations(self) -> frozenset[str]:
+        """Names of datasets and released tables (these are never catalog relations)."""
+        return self.current().names
+
+    def close(self) -> None:
+        """Close the catalog database."""
+        with self._lock:
+            if self._built is not None:
+                self._built.database.close()
+                self._built = None
+
+
+@dataclass
+class ConnectionCatalog:
+    """One client connection's cursor on the shared catalog, with its own client rows."""
+
+    source: CatalogSource
+    client: Client
+    _cursor: duckdb.DuckDBPyConnection | None = None
+    _built: _Built | None = None
+    _settings: dict[str, str] = field(default_factory=dict)
+    _running: threading.Event = field(default_factory=threading.Event)
+    _interrupted: threading.Event = field(default_factory=threading.Event)
+
+    def _ready(self, settings: Mapping[str, str]) -> duckdb.DuckDBPyConnection:
+        built = self.source.current()
+        if self._cursor is None or self._built is not built:
+            if self._cursor is not None:
+                self._cursor.close()
+            self._cursor = built.database.cursor()
+            self._built = built
+            pgcatalog.attach_client(self._cursor, self.client)
+            self._settings = dict(self.client.settings)
+        if dict(settings) != self._settings:
+            pgcatalog.set_settings(self._cursor, settings)
+            self._settings = dict(settings)
+        return self._cursor
+
+    def run(self, tree: rewrite.exp.Expr, ctx: rewrite.Context) -> pa.Table:
+        """Answer a catalog query (raises CatalogQueryError for what the catalog lacks)."""
+        sql = rewrite.rewrite(tree, ctx)
+        cursor = self._ready(ctx.settings)
+        if self._interrupted.is_set():
+            raise _interrupted()
+        self._running.set()
+        try:
+            return cursor.sql(sql).to_arrow_table()
+        except duckdb.Error as err:
+            raise _catalog_error(err) from err
+        finally:
+            self._running.clear()
+
+    def arm(self) -> None:
+        """A new statement begins: forget interrupts meant for the previous one."""
+        self._interrupted.clear()
+
+    def interrupt(self) -> None:
+        """Stop the catalog query of the current statement (timeout, cancel request).
+
+        The statement may not have reached DuckDB yet, and DuckDB drops an interrupt
+        that arrives just before a query starts: so the flag stops a query that has not
+        started, and the interrupt is repeated until a running one has ended.
+        """
+        self._interrupted.set()
+
+        def repeat() -> None:
+            seen = False
+            for _ in range(250):
+                cursor = self._cursor
+                if self._running.is_set() and cursor is not None:
+                    seen = True
+                    cursor.interrupt()
+                elif seen:
+                    return
+                time.sleep(0.02)
+
+        threading.Thread(target=repeat, daemon=True, name="dpsql-interrupt").start()
+
+    def close(self) -> None:
+        """Close this connection's cursor."""
+        if self._cursor is not None:
+            self._cursor.close()
+            self._cursor = None
+
+
+def _interrupted() -> rewrite.CatalogQueryError:
+    return rewrite.CatalogQueryError("57014", "canceling statement due to statement timeout "
+                                     "or user request")
+
+
+def _catalog_error(err: duckdb.Error) -> rewrite.CatalogQueryError:
+    """A DuckDB error on the catalog database as a client error.
+
+    The catalog holds no private data, so DuckDB's message can be shown.
+    """
+    first = str(err).splitlines()[0] if str(err) else type(err).__name__
+    for prefix in ("Binder Error: ", "Catalog Error: ", "Parser Error: ",
+                   "Conversion Error: ", "Invalid Input Error: "):
+        first = first.replace(prefix, "")
+    if isinstance(err, duckdb.InterruptException):
+        return _interrupted()
+    codes = [(duckdb.ParserException, "42601"), (duckdb.CatalogException, "42P01"),
+             (duckdb.BinderException, "42703"), (duckdb.ConversionException, "22P02"),
+             (duckdb.InvalidInputException, "22023")]
+    for kind, code in codes:
+        if isinstance(err, kind):
+            return rewrite.CatalogQueryError(code, f"catalog query failed: {first}")
+    return rewrite.CatalogQueryError("XX000", f"catalog query failed: {first}")

@@ -1,0 +1,200 @@
+"""The asyncio server: listening, limits, TLS, cancel requests and clean shutdown.
+
+One process serves one store. The store (and its DuckDB write lock) is opened
+once and shared; each client connection gets its own :class:`~dpsql.Session`
+and runs its statements on a shared thread pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import ssl
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dpsql.errors import ConfigurationError
+from dpsql.server.auth import LoginLimiter
+from dpsql.server.catalog import CatalogSource
+from dpsql.server.connection import Connection
+from dpsql.server.router import StatementHandler
+from dpsql.session import Session, connect
+from dpsql.store import Store
+
+log = logging.getLogger("dpsql.server")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How ``dpsql serve`` runs (see ``dpsql serve --help``)."""
+
+    db: Path
+    host: str = "127.0.0.1"
+    port: int = 5433
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    allow_plaintext: bool = False
+    max_clients: int = 200
+    statement_timeout: float = 300.0  # seconds; 0 means none
+    max_message: int = 1 << 20
+    auth_timeout: float = 30.0
+    workers: int = 8
+    failed_login_delay: float = 0.5
+    login_failures_per_user: int = 5
+    login_failures_per_host: int = 50
+    login_window: float = 60.0
+
+
+def _default_handler(session: Session) -> StatementHandler:
+    return session.sql
+
+
+class Server:
+    """A running PostgreSQL-wire front door to one store."""
+
+    def __init__(self, config: ServerConfig,
+                 handler_factory: Callable[[Session], StatementHandler] | None = None) -> None:
+        self.config = config
+        self.handler_factory = handler_factory or _default_handler
+        self.secret = secrets.token_bytes(32)
+        self.started = datetime.now(timezone.utc).isoformat()
+        self.limiter = LoginLimiter(per_user=config.login_failures_per_user,
+                                    per_host=config.login_failures_per_host,
+                                    window=config.login_window)
+        self.executor = ThreadPoolExecutor(max_workers=config.workers,
+                                           thread_name_prefix="dpsql-serve")
+        self.tls_context = _tls_context(config)
+        self.store: Store = Store.open(config.db)
+        self.catalog = CatalogSource(self.store)
+        self._connections: dict[int, Connection] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._next_pid = 1000 + secrets.randbelow(10_000)
+        self._server: asyncio.AbstractServer | None = None
+        self.port = config.port
+
+    # -- connections registry ---------------------------------------------------------------
+    def next_pid(self) -> int:
+        """A process id for a new connection (what BackendKeyData and pg_backend_pid show)."""
+        self._next_pid += 1
+        return self._next_pid
+
+    def register(self, connection: Connection) -> bool:
+        """Count a new connection; False when the server is full."""
+        if len(self._connections) >= self.config.max_clients:
+            return False
+        self._connections[connection.pid] = connection
+        return True
+
+    def unregister(self, connection: Connection) -> None:
+        """Forget a closed connection."""
+        self._connections.pop(connection.pid, None)
+
+    def count_user(self, user: str) -> int:
+        """Connections ``user`` has open now."""
+        return sum(1 for c in self._connections.values() if c.user == user)
+
+    def cancel(self, pid: int, key: int) -> None:
+        """Handle a CancelRequest: only the right secret key cancels (silently otherwise)."""
+        target = self._connections.get(pid)
+        if target is not None and secrets.compare_digest(target.key.to_bytes(4, "big"),
+                                                         (key & 0x7FFFFFFF).to_bytes(4, "big")):
+            target.cancel()
+
+    def open_session(self, user: str) -> Session:
+        """A session for an authenticated user on the shared store (worker thread)."""
+        return connect(self.config.db, user)
+
+    # -- running -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start listening (``port`` 0 picks a free port, then stored in ``self.port``)."""
+        self._server = await asyncio.start_server(self._accept, self.config.host,
+                                                  self.config.port, limit=1 << 16)
+        sockets = list(self._server.sockets or ())
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await Connection(self, reader, writer).serve()
+        except Exception:
+            log.exception("connection handler failed")
+        finally:
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def stop(self, grace: float = 10.0) -> bool:
+        """Stop listening, tell connected clients, wait for them, release the store.
+
+        Returns False when statements were still running after ``grace`` seconds; the
+        store is then left open (a worker still uses it) and the caller should exit.
+        """
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections.values()):
+            await connection.terminate("terminating connection due to administrator command")
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        clean = not self._tasks
+        self.executor.shutdown(wait=clean, cancel_futures=True)
+        if clean:
+            self.catalog.close()
+            self.store.close()
+        return clean
+
+
+def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:
+    if config.tls_cert is None and config.tls_key is None:
+        return None
+    if config.tls_cert is None or config.tls_key is None:
+        raise ConfigurationError("TLS needs both --tls-cert and --tls-key")
+    if sys.version_info < (3, 11):
+        raise ConfigurationError("TLS in dpsql serve needs Python 3.11 or newer")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+    except (OSError, ssl.SSLError) as err:
+        raise ConfigurationError(f"cannot load the TLS certificate or key: {err}") from err
+    return context
+
+
+def run(config: ServerConfig, *, ready: Callable[[Server], Any] | None = None,
+        handler_factory: Callable[[Session], StatementHandler] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down cleanly."""
+
+    async def main() -> None:
+        server = Server(config, handler_factory)
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        if ready is not None:
+            ready(server)
+        try:
+            await stop.wait()
+        finally:
+            log.info("shutting down")
+            clean.append(await server.stop())
+
+    clean: list[bool] = []
+    asyncio.run(main())
+    if clean and not clean[0]:
+        # A statement is stuck in a worker thread; its charge (if any) is committed. Exit
+        # without waiting for it: the store's write-ahead log keeps the file consistent.
+        log.error("statements were still running 10 s after shutdown began; exiting anyway")
+        logging.shutdown()
+        os._exit(1)

@@ -1,0 +1,9 @@
+"""MODP: minus-one data prediction (Press 2024) in PyTorch, empirical or DP (``mode=dp``).
+
+Importing this package registers the ``modp`` synthesizer; it needs the
+``modp`` extra (torch, dp-accounting).
+"""
+
+from dpsql.synth.modp.synthesizer import Modp
+
+__all__ = ["Modp"]

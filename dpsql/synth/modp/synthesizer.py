@@ -1,0 +1,255 @@
+"""``modp``: minus-one data prediction (Press 2024), empirical as published or DP.
+
+``mode=empirical`` is the paper's method: learn each column's distribution
+given all the others, then redraw every column of every true row from it.
+
+``mode=dp`` (beyond the paper) trains the same model with DP-SGD on the MSE
+loss and instantiates it from DP seed rows drawn from noisy one-way marginals
+(the ``independent`` histogram), resampling every column from the model for a
+few passes; it never touches a real row after training.
+
+Privacy: ``empirical`` is not DP. It spends nothing, needs the policy's
+``allow_non_dp: true``, is labelled ``privacy: empirical`` by the release and
+reports the paper's section-6 diagnostics; ``passthrough`` (true values copied
+through) lowers privacy further and must be named in the policy's
+``allow_options``. ``dp``: the seed marginals (discrete Gaussian counts, one
+per column, sensitivity ``max_rows`` each) cost ``seed_share`` of the budget
+and DP-SGD the rest (see :mod:`dpsql.synth.modp.dpsgd` and
+:mod:`dpsql.synth.modp.accounting`), in zCDP; the total never exceeds the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import duckdb
+import numpy as np
+import torch
+
+from dpsql.domain import Domain
+from dpsql.errors import ConfigurationError
+from dpsql.privacy import PrivacyCost
+from dpsql.progress import Progress, silent
+from dpsql.synth.base import register
+from dpsql.synth.modp import device as devices
+from dpsql.synth.modp import diagnostics, postprocess
+from dpsql.synth.modp.blocks import Blocks
+from dpsql.synth.modp.dpsgd import DPSGDConfig, train_dp
+from dpsql.synth.modp.fitted import DPSeeds, FittedModp, Refinements
+from dpsql.synth.modp.instantiate import instantiate
+from dpsql.synth.modp.model import MultiBladeModel
+from dpsql.synth.modp.train import Schedule, train_empirical
+
+MODES = ("empirical", "dp")
+MAX_WEIGHTS = 50_000_000  # blade weights (blades x categories^2) a fit may allocate
+
+
+class _FollowsMode:
+    """``is_dp`` of a configured instance: True exactly when ``mode=dp``.
+
+    Read on the class (no mode chosen yet) it is False, so a caller that checks
+    before configuring treats MODP as not DP.
+    """
+
+    def __get__(self, instance: Modp | None, owner: type | None = None) -> bool:
+        return instance is not None and instance.mode == "dp"
+
+    def __set__(self, instance: Modp, value: bool) -> None:
+        raise ConfigurationError("modp's is_dp follows its mode; set mode=dp or "
+                                 "mode=empirical instead")
+
+
+@register("modp")
+@dataclass
+class Modp:
+    """Minus-one data prediction (Press 2024): not DP as published; DP with mode=dp.
+
+    Fields are the options (``--option k=v``); the defaults follow the paper's
+    best model (5 blades, 15 reduced features). ``is_dp`` depends on ``mode``:
+    the release refuses ``empirical`` unless the policy allows non-DP releases.
+    """
+
+    name = "modp"  # not a field: a class attribute every instance reads
+    is_dp = _FollowsMode()
+    privacy_lowering_options: ClassVar[tuple[str, ...]] = ("passthrough",)
+
+    mode: str = "empirical"
+    blades: int = 5
+    reduced_features: int = 15
+    device: str = "auto"
+    lr: float | None = None  # Adam step size; default 0.01 (empirical) / 0.003 (dp)
+    # empirical training
+    epochs: int = 40
+    warmup_epochs: int = 3
+    batch_size: int = 1024
+    patience: int = 3
+    # empirical refinements (paper sec. 4.2-4.4)
+    structural_zeros: bool = False
+    passthrough: float = 0.0
+    two_instance: float = 0.0  # fraction of rows that take a second draw (paper sec. 4.4)
+    diagnostic_rows: int = 1000
+    # dp
+    steps: int = 100
+    clip: float = 1.0
+    sampling_rate: float = 1.0
+    seed_share: float = 0.1
+    passes: int = 5
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigurationError(f"modp mode must be one of {', '.join(MODES)}, "
+                                     f"got {self.mode!r}")
+        for name in ("blades", "reduced_features", "epochs", "batch_size", "patience", "steps",
+                     "passes"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"modp option {name} must be at least 1")
+        if self.warmup_epochs < 0 or self.diagnostic_rows < 0:
+            raise ConfigurationError("modp options warmup_epochs and diagnostic_rows must be "
+                                     ">= 0")
+        if not 0 <= self.passthrough < 1:
+            raise ConfigurationError("modp option passthrough is a probability in [0, 1)")
+        if not 0 <= self.two_instance < 1:
+            raise ConfigurationError("modp option two_instance is a fraction of rows in [0, 1)")
+        if not 0 < self.sampling_rate <= 1:
+            raise ConfigurationError("modp option sampling_rate must be in (0, 1]; 1 is full "
+                                     "batch")
+        if not 0 < self.seed_share < 1:
+            raise ConfigurationError("modp option seed_share must be in (0, 1)")
+        if self.clip <= 0 or (self.lr is not None and self.lr <= 0):
+            raise ConfigurationError("modp options clip and lr must be positive")
+        if self.mode == "dp":
+            used = [n for n in ("structural_zeros", "passthrough", "two_instance")
+                    if getattr(self, n)]
+            if used:
+                raise ConfigurationError(
+                    f"modp option {', '.join(used)} reads the true rows after training and is "
+                    "not DP; use it with mode=empirical")
+        devices.resolve(self.device)
+
+
+    def check(self, domain: Domain, budget: PrivacyCost) -> None:
+        """Public checks before any budget is charged: accounting and model size."""
+        if self.mode == "dp" and budget.kind != "zcdp":
+            raise ConfigurationError("MODP's DP mode adds Gaussian noise and is accounted in "
+                                     "zCDP; use a policy with accounting: zcdp")
+        width = sum(domain.shape)
+        if self.blades * width * width > MAX_WEIGHTS:
+            raise ConfigurationError(
+                f"{len(domain)} columns with {width} categories in all make {self.blades} "
+                f"blades of {width}x{width} weights, too many; choose fewer or coarser columns "
+                "(bins in the policy) or fewer blades")
+
+    def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
+            rng: np.random.Generator, progress: Progress | None = None) -> FittedModp:
+        """Fit on the bounded ``source``: empirically, or within ``budget`` (zCDP) in DP mode."""
+        progress = progress or silent
+        self.check(domain, budget)
+        blocks = Blocks.from_domain(domain)
+        dev = devices.resolve(self.device)
+        gen = devices.generator(dev, int(rng.integers(2**63)))
+        model = MultiBladeModel(blocks, self.blades, self.reduced_features,
+                                generator=torch.Generator().manual_seed(int(rng.integers(2**63))))
+        model.to(dev)
+        if self.mode == "dp":
+            return self._fit_dp(source, domain, budget, rng, progress, model, gen)
+        return self._fit_empirical(source, domain, budget, rng, progress, model, gen)
+
+    # -- empirical ------------------------------------------------------------------------
+    def _fit_empirical(self, source: duckdb.DuckDBPyRelation, domain: Domain,
+                       budget: PrivacyCost, rng: np.random.Generator, progress: Progress,
+                       model: MultiBladeModel, gen: torch.Generator) -> FittedModp:
+        blocks = model.blocks
+        codes = read_codes(source, domain)
+        if len(codes) == 0:
+            raise ConfigurationError("the source has no rows; MODP's empirical mode learns "
+                                     "from rows")
+        index = blocks.to_index(codes, device=gen.device)
+        target = blocks.one_hot(index)
+        model.start_from_marginals(target.mean(dim=0), scale=1.0)
+        schedule = Schedule(warmup_epochs=self.warmup_epochs, epochs=self.epochs,
+                            batch_size=self.batch_size, lr=self.lr or 0.01,
+                            patience=self.patience)
+        history = train_empirical(model, index, schedule, gen, progress)
+        model.eval()
+        truth = postprocess.crosstab(index, blocks)
+        refine = Refinements(passthrough=self.passthrough)
+        if self.structural_zeros:
+            refine.impossible = postprocess.impossible_cells(truth, blocks)
+        probs = _predict(model, index)
+        first, bits = instantiate(probs, blocks, gen, self.passthrough, index)
+        if self.two_instance:
+            refine.weights = postprocess.overfill_weights(first, truth, blocks)
+            losses = postprocess.pair_sums(first, refine.weights, blocks)
+            refine.threshold = float(torch.quantile(losses.float(), 1 - self.two_instance))
+        fitted = FittedModp(
+            options=self, blocks=blocks, model=model, generator=gen,
+            spent=PrivacyCost.zero(budget.kind), rows=len(codes), true_index=index,
+            refinements=refine, training=history.as_dict())
+        progress("modp: diagnostics", 0, 1)
+        fitted.diagnostics = self._diagnostics(codes, first, bits, refine, rng, blocks)
+        progress("modp: diagnostics", 1, 1)
+        return fitted
+
+    def _diagnostics(self, codes: np.ndarray, first: torch.Tensor, bits: torch.Tensor,
+                     refine: Refinements, rng: np.random.Generator,
+                     blocks: Blocks) -> dict[str, Any]:
+        sample = rng.choice(len(codes), size=min(self.diagnostic_rows, len(codes)),
+                            replace=False)
+        out = diagnostics.report(codes, blocks.to_codes(first), bits.cpu().numpy(), sample)
+        out["instance"] = "one draw per true row, before structural zeros and two-instance"
+        if refine.impossible is not None:
+            hit = postprocess.violates(first, refine.impossible, blocks)
+            out["structural_zero_rows"] = round(float(hit.double().mean()), 4)
+        if refine.weights is not None:
+            switched = postprocess.pair_sums(first, refine.weights, blocks) > refine.threshold
+            out["two_instance_switched"] = round(float(switched.double().mean()), 4)
+            out["two_instance_threshold"] = round(refine.threshold, 6)
+        return out
+
+    # -- dp -------------------------------------------------------------------------------
+    def _fit_dp(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
+                rng: np.random.Generator, progress: Progress, model: MultiBladeModel,
+                gen: torch.Generator) -> FittedModp:
+        blocks = model.blocks
+        seed_budget, _ = budget.split([self.seed_share, 1 - self.seed_share])
+        progress("modp: seed marginals", 0, 1)
+        seeds = DPSeeds.measure(source, domain, seed_budget, rng)
+        progress("modp: seed marginals", 1, 1)
+        model.start_from_marginals(torch.as_tensor(seeds.category_probabilities(),
+                                                   device=gen.device), scale=0.0)
+        index = blocks.to_index(read_codes(source, domain), device=gen.device)
+        config = DPSGDConfig(steps=self.steps, clip=self.clip,
+                             sampling_rate=self.sampling_rate, lr=self.lr or 0.003)
+        train_budget = budget - seeds.spent
+        record = train_dp(model, index, config, train_budget, seeds.rows, domain.max_rows,
+                          rng, progress)
+        del index
+        model.eval()
+        spent = seeds.spent + record.pop("cost")
+        if not budget.infinite and spent > budget:
+            raise ConfigurationError("internal error: MODP spent more than its budget; this "
+                                     "is a bug in dpsql")
+        return FittedModp(options=self, blocks=blocks, model=model, generator=gen,
+                          spent=spent, rows=seeds.rows, seeds=seeds, dpsgd=record)
+
+    def options(self) -> dict[str, Any]:
+        """The options as a JSON-able dict."""
+        return asdict(self)
+
+
+def _predict(model: MultiBladeModel, index: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
+    with torch.no_grad(), devices.autocast(index.device):
+        return torch.cat([model(rows).float() for rows in index.split(chunk)])
+
+
+def read_codes(source: duckdb.DuckDBPyRelation, domain: Domain) -> np.ndarray:
+    """The source's rows as domain codes (``rows x columns``, -1 outside the domain)."""
+    relation = source.query("_dpsql_source", domain.encode_sql("_dpsql_source"))
+    assert relation is not None  # a SELECT always gives a relation
+    table = relation.fetchnumpy()
+    columns = [np.ma.filled(np.ma.asarray(table[name]).astype(np.int64), -1)
+               for name in domain.names]
+    if not columns or len(columns[0]) == 0:
+        return np.zeros((0, len(domain.names)), dtype=np.int64)
+    return np.stack(columns, axis=1)

@@ -1,0 +1,186 @@
+"""Fixtures for the DP SQL tests: real stores over the Adult sample and the ACS excerpt."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pytest
+import yaml
+
+import dpsql
+from dpsql import _exact
+from dpsql.query.engine import DuckDBEngine
+from dpsql.session import Session
+from tests.conftest import ADULT_POLICY, ADULT_SAMPLE, SHARED
+
+ROOT = Path(__file__).resolve().parents[2]
+ACS_POLICY = ROOT / "policies" / "acs.yaml"
+# shared/ sits beside the clone (CI, the lead's checkout) or two levels up (a worktree).
+_SHARED_DIRS = (SHARED, ROOT.parents[1] / "shared" / "data")
+ACS_DATA = next((d / "acs" / "national2019.csv" for d in _SHARED_DIRS
+                 if (d / "acs" / "national2019.csv").exists()),
+                SHARED / "acs" / "national2019.csv")
+
+
+class SeededEntropy:
+    """A deterministic stand-in for the OS entropy source, so noisy tests are reproducible."""
+
+    def __init__(self, seed: int) -> None:
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+
+    def take(self, nbytes: int) -> bytes:
+        return self._rng.bytes(nbytes)
+
+
+@pytest.fixture(autouse=True)
+def seeded_noise(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed the secure sampler from the test id (tests only; production reads the OS)."""
+    seed = int.from_bytes(hashlib.sha256(request.node.nodeid.encode()).digest()[:8], "little")
+    monkeypatch.setattr(_exact, "ENTROPY", SeededEntropy(seed))
+
+
+def with_budgets(policy_path: Path, *, budget: Any = None, cap: Any = None,
+                 default: Any = None, max_rows: int | None = None, unit: str | None = None,
+                 accounting: str | None = None, extra_columns: dict[str, Any] | None = None
+                 ) -> str:
+    """The YAML of a shipped policy with every dataset's and user's budgets replaced."""
+    raw = yaml.safe_load(policy_path.read_text())
+    if accounting is not None:
+        raw["accounting"] = accounting
+        if accounting == "pure":
+            raw.pop("delta", None)
+        else:
+            raw.setdefault("delta", 1e-6)
+    for ds in raw["datasets"].values():
+        if budget is not None:
+            ds["budget"] = budget
+        for key, value in (("query_cap", cap), ("default_query", default)):
+            if value is not None:
+                ds[key] = value
+            elif budget is not None:
+                ds.pop(key, None)
+        if unit is not None:
+            ds["privacy_unit"] = unit
+        if max_rows is not None:
+            ds["max_rows"] = max_rows
+        if extra_columns:
+            ds["columns"].update(extra_columns)
+    if budget is not None:
+        for user in raw["users"].values():
+            user["budgets"] = {name: budget for name in raw["datasets"]}
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+INFINITE = {"epsilon": float("inf")}
+
+
+def _init(directory: Path, name: str, text: str, data: dict[str, Path] | None = None,
+          na: str | None = None) -> Path:
+    policy = directory / f"{name}.yaml"
+    policy.write_text(text)
+    path = directory / f"{name}.duckdb"
+    store, _ = dpsql.init(path, policy, data or {"adult": ADULT_SAMPLE}, na=na)
+    store.close()
+    return path
+
+
+@pytest.fixture
+def build(tmp_path: Path) -> Callable[..., Path]:
+    """Create a fresh store: ``build(policy_yaml, data={'adult': path}, na=None)``."""
+    counter = iter(range(1000))
+
+    def make(text: str, data: dict[str, Path] | None = None, na: str | None = None) -> Path:
+        return _init(tmp_path, f"store{next(counter)}", text, data, na)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def exact_adult_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store over the Adult sample with unbounded budgets, shared by read-only tests."""
+    return _init(tmp_path_factory.mktemp("exact"), "adult",
+                 with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+
+
+@pytest.fixture
+def exact_adult(exact_adult_path: Path) -> Iterator[Session]:
+    """Alice on the Adult sample with unbounded budgets: answers carry no noise."""
+    with dpsql.connect(exact_adult_path, "alice") as session:
+        yield session
+
+
+@pytest.fixture
+def adult(store_path: Path) -> Iterator[Session]:
+    """Alice on a fresh demo store (zcdp, default epsilon 0.1, cap 1, budget 2)."""
+    with dpsql.connect(store_path, "alice") as session:
+        yield session
+
+
+@pytest.fixture
+def pure_adult(build: Callable[..., Path]) -> Iterator[Session]:
+    """Alice under pure accounting: budget 5, cap 1, default 0.1."""
+    text = with_budgets(ADULT_POLICY, accounting="pure", budget={"epsilon": 5},
+                        cap={"epsilon": 1}, default={"epsilon": 0.1})
+    with dpsql.connect(build(text), "alice") as session:
+        yield session
+
+
+@pytest.fixture(scope="session")
+def acs_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ACS excerpt (strings, NULLs, floats) with unbounded budgets, shared."""
+    if not ACS_DATA.exists():
+        pytest.skip(f"the shared ACS data is not at {ACS_DATA}")
+    return _init(tmp_path_factory.mktemp("acs"), "acs",
+                 with_budgets(ACS_POLICY, budget=INFINITE, default=INFINITE),
+                 {"acs": ACS_DATA}, na="N")
+
+
+@pytest.fixture
+def engine_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every SQL text the query engine hands to DuckDB (bound or run), in order."""
+    calls: list[str] = []
+    real_prepare = DuckDBEngine.prepare
+
+    def prepare(self: DuckDBEngine, query: Any) -> Any:
+        calls.append(self.render(query))
+        return real_prepare(self, query)
+
+    monkeypatch.setattr(DuckDBEngine, "prepare", prepare)
+    return calls
+
+
+@pytest.fixture(scope="session")
+def both_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store with both datasets (Adult and ACS), zcdp, finite budgets."""
+    if not ACS_DATA.exists():
+        pytest.skip(f"the shared ACS data is not at {ACS_DATA}")
+    adult = yaml.safe_load(ADULT_POLICY.read_text())
+    acs = yaml.safe_load(ACS_POLICY.read_text())
+    adult["datasets"].update(acs["datasets"])
+    for name, user in adult["users"].items():
+        user["budgets"].update(acs["users"].get(name, {}).get("budgets", {}))
+    return _init(tmp_path_factory.mktemp("both"), "both", yaml.safe_dump(adult),
+                 {"adult": ADULT_SAMPLE, "acs": ACS_DATA}, na="N")
+
+
+def plain(session: Session, sql: str) -> list[tuple[Any, ...]]:
+    """Run ``sql`` with plain DuckDB on a copy of the store's tables (the reference answer)."""
+    con = duckdb.connect(":memory:")
+    for ds in session.policy.datasets.values():
+        data = session.store.cursor().sql(f'SELECT * FROM main."{ds.table}"').to_arrow_table()
+        con.register(f"_{ds.table}", data)
+        con.execute(f'CREATE TABLE "{ds.table}" AS SELECT * FROM "_{ds.table}"')
+    con.execute("CREATE MACRO dp_bin(x, width) AS width * floor(x / width)")
+    return con.execute(sql).fetchall()
+
+
+def charges(session: Session) -> int:
+    """Number of charges in the store's ledger."""
+    row = session.store.cursor().execute("SELECT count(*) FROM dpsql.charges").fetchone()
+    assert row is not None
+    return int(row[0])

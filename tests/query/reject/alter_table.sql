@@ -1,0 +1,3 @@
+-- change a sensitive table
+-- expect: ALTER
+ALTER TABLE adult ADD COLUMN x INTEGER

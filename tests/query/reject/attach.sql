@@ -1,0 +1,3 @@
+-- open another database
+-- expect: ATTACH
+ATTACH '/tmp/other.duckdb' AS other

@@ -1,0 +1,3 @@
+-- open a transaction
+-- expect: BEGIN
+BEGIN TRANSACTION

@@ -1,0 +1,3 @@
+-- call a table function
+-- expect: CALL
+CALL pragma_version()

@@ -1,0 +1,3 @@
+-- a second column not in GROUP BY
+-- expect: outside an aggregate
+SELECT race, sex, COUNT(*) FROM adult GROUP BY race

@@ -1,0 +1,3 @@
+-- exfiltrate a table to a file
+-- expect: COPY
+COPY adult TO '/tmp/adult.csv' (HEADER)

@@ -1,0 +1,3 @@
+-- a distinct count has unbounded sensitivity here
+-- expect: DISTINCT
+SELECT COUNT(DISTINCT age) FROM adult

@@ -1,0 +1,3 @@
+-- define a function
+-- expect: CREATE
+CREATE MACRO leak(x) AS x

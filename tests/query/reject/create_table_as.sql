@@ -1,0 +1,3 @@
+-- copy raw rows into a new table
+-- expect: CREATE
+CREATE TABLE stolen AS SELECT * FROM adult

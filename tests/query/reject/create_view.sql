@@ -1,0 +1,3 @@
+-- a view over raw rows
+-- expect: CREATE
+CREATE VIEW v AS SELECT * FROM adult

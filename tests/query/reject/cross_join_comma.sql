@@ -1,0 +1,3 @@
+-- a comma join
+-- expect: JOIN
+SELECT COUNT(*) FROM adult, adult AS b

@@ -1,0 +1,3 @@
+-- erase the ledger
+-- expect: DELETE
+DELETE FROM dpsql.charges

@@ -1,0 +1,3 @@
+-- describe a sensitive table
+-- expect: DESCRIBE
+DESCRIBE adult

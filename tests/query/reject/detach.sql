@@ -1,0 +1,3 @@
+-- detach the store
+-- expect: DETACH
+DETACH DATABASE adult

@@ -1,0 +1,3 @@
+-- destroy data
+-- expect: DROP
+DROP TABLE adult

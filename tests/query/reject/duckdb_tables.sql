@@ -1,0 +1,3 @@
+-- read the catalog
+-- expect: duckdb_tables
+SELECT * FROM duckdb_tables()

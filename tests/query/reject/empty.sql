@@ -1,0 +1,3 @@
+-- an empty statement
+-- expect: empty statement
+;

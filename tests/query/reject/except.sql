@@ -1,0 +1,3 @@
+-- EXCEPT
+-- expect: EXCEPT
+SELECT race FROM adult EXCEPT SELECT race FROM adult WHERE age > 3

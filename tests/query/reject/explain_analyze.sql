@@ -1,0 +1,3 @@
+-- run a query through EXPLAIN ANALYZE
+-- expect: EXPLAIN ANALYZE
+EXPLAIN ANALYZE SELECT COUNT(*) FROM adult

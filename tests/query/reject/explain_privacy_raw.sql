@@ -1,0 +1,3 @@
+-- EXPLAIN PRIVACY of a raw-row query
+-- expect: SELECT *
+EXPLAIN PRIVACY SELECT * FROM adult

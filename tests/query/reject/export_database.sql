@@ -1,0 +1,3 @@
+-- export everything
+-- expect: EXPORT
+EXPORT DATABASE '/tmp/dump'

@@ -1,0 +1,3 @@
+-- raw rows in DuckDB's FROM-first form
+-- expect: SELECT *
+FROM adult LIMIT 5

@@ -1,0 +1,3 @@
+-- read the environment
+-- expect: getenv
+SELECT COUNT(*) FROM adult WHERE getenv('HOME') = '/root'

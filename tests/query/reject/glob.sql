@@ -1,0 +1,3 @@
+-- list files
+-- expect: glob
+SELECT COUNT(*) FROM glob('/*')

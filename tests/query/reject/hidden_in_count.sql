@@ -1,0 +1,3 @@
+-- count a hidden column
+-- expect: hidden
+SELECT COUNT(fnlwgt) FROM adult

@@ -1,0 +1,3 @@
+-- sum a hidden column
+-- expect: hidden
+SELECT SUM(fnlwgt) FROM adult

@@ -1,0 +1,3 @@
+-- filter on a hidden column
+-- expect: hidden
+SELECT COUNT(*) FROM adult WHERE fnlwgt > 100

@@ -1,0 +1,3 @@
+-- import a database
+-- expect: IMPORT
+IMPORT DATABASE '/tmp/dump'

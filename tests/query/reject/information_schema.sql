@@ -1,0 +1,3 @@
+-- read the catalog
+-- expect: unknown table
+SELECT COUNT(*) FROM information_schema.tables

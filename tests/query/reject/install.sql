@@ -1,0 +1,3 @@
+-- install an extension
+-- expect: INSTALL
+INSTALL httpfs

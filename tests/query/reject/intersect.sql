@@ -1,0 +1,3 @@
+-- INTERSECT
+-- expect: INTERSECT
+SELECT race FROM adult INTERSECT SELECT race FROM adult

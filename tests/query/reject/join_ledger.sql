@@ -1,0 +1,3 @@
+-- join the ledger
+-- expect: JOIN
+SELECT COUNT(*) FROM adult JOIN dpsql.meta ON true

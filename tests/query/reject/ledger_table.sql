@@ -1,0 +1,3 @@
+-- read the ledger
+-- expect: unknown table
+SELECT COUNT(*) FROM dpsql.charges

@@ -1,0 +1,3 @@
+-- LIKE casts numbers to text
+-- expect: mixes
+SELECT COUNT(*) FROM adult WHERE age LIKE '1%'

@@ -1,0 +1,3 @@
+-- collect raw values
+-- expect: has no differentially private mechanism
+SELECT list(age) FROM adult

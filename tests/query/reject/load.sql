@@ -1,0 +1,3 @@
+-- load an extension
+-- expect: LOAD
+LOAD httpfs

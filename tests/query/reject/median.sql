@@ -1,0 +1,3 @@
+-- MEDIAN
+-- expect: MEDIAN has no
+SELECT MEDIAN(age) FROM adult

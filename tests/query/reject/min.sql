@@ -1,0 +1,3 @@
+-- MIN releases an exact record value
+-- expect: MIN has no
+SELECT MIN(age) FROM adult

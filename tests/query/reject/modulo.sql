@@ -1,0 +1,3 @@
+-- modulo is not on the allowlist
+-- expect: MOD
+SELECT COUNT(*) FROM adult WHERE age % 2 = 0

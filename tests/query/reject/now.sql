@@ -1,0 +1,3 @@
+-- the clock
+-- expect: not deterministic
+SELECT COUNT(*) FROM adult WHERE now() IS NOT NULL

@@ -1,0 +1,3 @@
+-- a bind parameter
+-- expect: parameter
+SELECT COUNT(*) FROM adult WHERE age > ?

@@ -1,0 +1,3 @@
+-- PIVOT
+-- expect: PIVOT
+PIVOT adult ON sex USING count(*)

@@ -1,0 +1,3 @@
+-- list attached databases
+-- expect: PRAGMA
+PRAGMA database_list

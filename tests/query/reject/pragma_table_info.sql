@@ -1,0 +1,3 @@
+-- read the schema through PRAGMA
+-- expect: PRAGMA
+PRAGMA table_info('adult')

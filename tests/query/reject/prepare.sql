@@ -1,0 +1,3 @@
+-- a prepared raw query
+-- expect: PREPARE
+PREPARE q AS SELECT * FROM adult

@@ -1,0 +1,3 @@
+-- QUALIFY
+-- expect: window
+SELECT race, COUNT(*) FROM adult GROUP BY race QUALIFY row_number() OVER () = 1

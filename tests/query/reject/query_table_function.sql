@@ -1,0 +1,3 @@
+-- run arbitrary SQL through query()
+-- expect: query
+SELECT * FROM query('SELECT * FROM adult')

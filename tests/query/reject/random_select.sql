@@ -1,0 +1,3 @@
+-- random() in the output
+-- expect: not deterministic
+SELECT COUNT(*) + random() FROM adult

@@ -1,0 +1,3 @@
+-- a random filter
+-- expect: not deterministic
+SELECT COUNT(*) FROM adult WHERE random() < 0.5

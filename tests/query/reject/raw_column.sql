@@ -1,0 +1,3 @@
+-- a private column outside an aggregate
+-- expect: outside an aggregate
+SELECT age FROM adult

@@ -1,0 +1,3 @@
+-- read a file through a table function
+-- expect: read_parquet
+SELECT COUNT(*) FROM read_parquet('/tmp/x.parquet')

@@ -1,0 +1,3 @@
+-- reset a database setting
+-- expect: not allowed
+RESET threads

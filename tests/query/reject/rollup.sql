@@ -1,0 +1,3 @@
+-- ROLLUP
+-- expect: ROLLUP
+SELECT race, sex, COUNT(*) FROM adult GROUP BY ROLLUP (race, sex)

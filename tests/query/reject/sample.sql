@@ -1,0 +1,3 @@
+-- sampling
+-- expect: SAMPLE
+SELECT COUNT(*) FROM adult USING SAMPLE 10%

@@ -1,0 +1,3 @@
+-- a scalar subquery in SELECT
+-- expect: subquer
+SELECT (SELECT COUNT(*) FROM adult)

@@ -1,0 +1,3 @@
+-- DISTINCT lists the values present
+-- expect: DISTINCT
+SELECT DISTINCT race FROM adult

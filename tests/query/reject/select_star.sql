@@ -1,0 +1,3 @@
+-- raw rows
+-- expect: SELECT *
+SELECT * FROM adult

@@ -1,0 +1,3 @@
+-- turn file access back on
+-- expect: SET enable_external_access
+SET enable_external_access = true

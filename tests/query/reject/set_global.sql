@@ -1,0 +1,3 @@
+-- change a global setting
+-- expect: SET GLOBAL
+SET GLOBAL dpsql.epsilon = 1

@@ -1,0 +1,3 @@
+-- change a database setting
+-- expect: SET threads
+SET threads = 1

@@ -1,0 +1,3 @@
+-- two queries for the price of one check
+-- expect: several statements
+SELECT COUNT(*) FROM adult; SELECT COUNT(*) FROM adult

@@ -1,0 +1,3 @@
+-- smuggle a second statement
+-- expect: several statements
+SELECT COUNT(*) FROM adult; DROP TABLE adult

@@ -1,0 +1,3 @@
+-- list the store's tables
+-- expect: SHOW
+SHOW TABLES

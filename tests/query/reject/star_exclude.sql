@@ -1,0 +1,3 @@
+-- raw rows minus a column
+-- expect: SELECT *
+SELECT * EXCLUDE (fnlwgt) FROM adult

@@ -1,0 +1,3 @@
+-- a subquery in WHERE
+-- expect: subquer
+SELECT COUNT(*) FROM adult WHERE age IN (SELECT age FROM adult WHERE sex = 1)

@@ -1,0 +1,3 @@
+-- SUM(DISTINCT)
+-- expect: DISTINCT
+SELECT SUM(DISTINCT age) FROM adult

@@ -1,0 +1,3 @@
+-- SUM of a text column
+-- expect: no bounds
+SELECT SUM(puma) FROM acs

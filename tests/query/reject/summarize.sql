@@ -1,0 +1,3 @@
+-- SUMMARIZE computes exact statistics
+-- expect: SUMMARIZE
+SUMMARIZE adult

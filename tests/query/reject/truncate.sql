@@ -1,0 +1,3 @@
+-- erase a table
+-- expect: TRUNCATE
+TRUNCATE adult

@@ -1,0 +1,3 @@
+-- UNION
+-- expect: UNION
+SELECT COUNT(*) FROM adult UNION SELECT COUNT(*) FROM adult

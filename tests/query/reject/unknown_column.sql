@@ -1,0 +1,3 @@
+-- a misspelt column
+-- expect: did you mean 'age'
+SELECT COUNT(*) FROM adult WHERE agee > 30

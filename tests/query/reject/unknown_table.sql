@@ -1,0 +1,3 @@
+-- a misspelt dataset
+-- expect: did you mean 'adult'
+SELECT COUNT(*) FROM adults

@@ -1,0 +1,3 @@
+-- unreadable SQL
+-- expect: cannot read
+SELECT COUNT(*) FROM adult WHERE race = 'abc

@@ -1,0 +1,3 @@
+-- refund one's own budget
+-- expect: UPDATE
+UPDATE dpsql.charges SET units = 0

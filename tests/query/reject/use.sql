@@ -1,0 +1,3 @@
+-- switch schema
+-- expect: USE
+USE dpsql

@@ -1,0 +1,3 @@
+-- a random identifier
+-- expect: not deterministic
+SELECT COUNT(*) FROM adult WHERE uuid() IS NOT NULL

@@ -1,0 +1,3 @@
+-- VACUUM
+-- expect: VACUUM
+VACUUM

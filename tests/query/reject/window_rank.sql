@@ -1,0 +1,3 @@
+-- a window over groups
+-- expect: window
+SELECT race, rank() OVER (ORDER BY COUNT(*)) FROM adult GROUP BY race

@@ -1,0 +1,122 @@
+"""Malformed input never stops the server; TLS when configured."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+
+import psycopg
+import pytest
+
+from dpsql.store import Store
+
+from . import rawclient as raw
+from .conftest import PASSWORDS, fake_args, make_store, start_server
+
+FUZZ_CASES = 200
+_TYPES = b"QPBDECSHXpdcfF" + bytes(range(65, 91))
+
+
+def _garbage(rng: random.Random, n: int) -> bytes:
+    return bytes(rng.getrandbits(8) for _ in range(n))
+
+
+def _fuzz_case(rng: random.Random, index: int, port: int) -> None:
+    kind = index % 7
+    with raw.RawClient(port, timeout=5) as client:
+        if kind == 0:  # random bytes instead of a startup packet
+            client.send(_garbage(rng, rng.randint(1, 64)))
+        elif kind == 1:  # a startup length that lies (too small, too large, or random)
+            length = rng.choice([0, 3, 7, 10_001, 2**31 - 1, rng.randint(8, 200)])
+            client.send(struct.pack("!i", length) + _garbage(rng, rng.randint(0, 40)))
+        elif kind == 2:  # a truncated startup packet, then the client goes away
+            packet = raw.startup_packet("alice")
+            client.send(packet[:rng.randint(1, len(packet) - 1)])
+        elif kind == 3:  # garbage where the SASL exchange should be (an unknown user name)
+            client.send(raw.startup_packet(f"fuzz{index}"))
+            client.read()
+            client.send(raw.frame(b"p", _garbage(rng, rng.randint(0, 80))))
+        else:  # after a good login: random types, garbage bodies, lying lengths
+            assert client.login("alice", PASSWORDS["alice"])[-1].kind == b"Z"
+            body = _garbage(rng, rng.randint(0, 100))
+            if kind == 4:
+                client.send(bytes([rng.choice(_TYPES)]) + struct.pack("!i", len(body) + 4) + body)
+            elif kind == 5:
+                length = rng.choice([-5, 0, 3, 2**31 - 1, len(body) + 50])
+                client.send(bytes([rng.choice(b"QPBDE")]) + struct.pack("!i", length) + body)
+            else:
+                mutable = bytearray(rng.choice([
+                    raw.parse("SELECT $1"), raw.bind((b"1",)), raw.describe("S"),
+                    raw.execute(), raw.query("SELECT 1")]))
+                for _ in range(rng.randint(1, 4)):
+                    mutable[rng.randrange(1, len(mutable))] = rng.getrandbits(8)
+                client.send(bytes(mutable) + raw.SYNC)
+        client.sock.shutdown(socket.SHUT_WR)  # the client is done: incomplete frames end here
+        client.closed()
+
+
+def test_fuzzed_messages_never_stop_the_server(fake_server):
+    fuzz_server = fake_server
+    rng = random.Random(20240229)
+    for index in range(FUZZ_CASES):
+        _fuzz_case(rng, index, fuzz_server.port)
+        assert fuzz_server.alive(), f"server died on fuzz case {index}"
+    with psycopg.connect(fuzz_server.dsn("alice"), autocommit=True) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    crashes = [line for line in fuzz_server.lines if "connection handler failed" in line]
+    assert not crashes, "".join(fuzz_server.lines[-40:])
+
+
+def _openssl_cert(tmp_path):
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                    str(key), "-out", str(cert), "-days", "2", "-subj", "/CN=127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    return cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None,
+                    reason="openssl is not installed, so no test certificate can be made")
+def test_tls(tmp_path):
+    cert, key = _openssl_cert(tmp_path)
+    store = make_store(tmp_path / "tls.duckdb")
+    with start_server(fake_args(store, cert=cert, key=key)) as server:
+        with psycopg.connect(server.dsn("alice", sslmode="require"), autocommit=True) as conn:
+            assert conn.pgconn.ssl_in_use
+            assert conn.execute("SELECT current_user").fetchone() == ("alice",)
+        with psycopg.connect(server.dsn("alice", sslmode="verify-ca", sslrootcert=str(cert)),
+                             autocommit=True) as conn:
+            assert conn.pgconn.ssl_in_use  # and the certificate verified against its CA
+        with pytest.raises(psycopg.OperationalError, match="TLS connections only"):
+            psycopg.connect(server.dsn("alice", sslmode="disable"))
+        done = subprocess.run(["psql", server.dsn("alice", sslmode="require"), "-X", "-tAc",
+                               "SELECT current_user"], capture_output=True, text=True,
+                              timeout=60, env={"PATH": "/usr/bin:/bin"})
+        assert done.stdout.strip() == "alice", done.stderr
+
+
+def test_without_tls_ssl_requests_are_declined(fake_server):
+    with socket.create_connection(("127.0.0.1", fake_server.port), timeout=5) as sock:
+        sock.sendall(struct.pack("!ii", 8, 80877103))
+        assert sock.recv(1) == b"N"
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(fake_server.dsn("alice", sslmode="require"))
+
+
+def test_sigterm_shuts_down_cleanly(tmp_path):
+    store = make_store(tmp_path / "stop.duckdb")
+    with start_server(fake_args(store)) as server:
+        conn = psycopg.connect(server.dsn("alice"), autocommit=True)
+        conn.execute("SELECT 1")
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=20) == 0
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("SELECT 1")
+        conn.close()
+    # The store is released: it opens for writing again.
+    with Store.open(store) as reopened:
+        assert reopened.tables() == ["adult"]
