@@ -252,7 +252,6 @@ def _run(session: Session, plan: _Plan, audit_id: int, report: Progress) -> Rele
     if plan.dp and not spent <= plan.cost:
         raise InternalError(f"{plan.synth_name} reports spending {spent} of a budget of "
                             f"{plan.cost}; this is a bug in the synthesizer")
-    description = dict(fitted.describe())
     representation = callable(getattr(fitted, "representation", None))
     if representation:
         table = fitted.representation()
@@ -264,6 +263,7 @@ def _run(session: Session, plan: _Plan, audit_id: int, report: Progress) -> Rele
         copies = plan.copies
         table = sample_copies(fitted, plan.domain, rows, range(1, copies + 1), rng,
                               with_copy_column=copies > 1, report=report)
+    description = dict(fitted.describe())  # after sampling: its diagnostics are included
     products = getattr(fitted, "products", None)
     extra: Mapping[str, pa.Table] = products() if callable(products) else {}
     product_names = [f"released.{plan.name}_{check_identifier(s, 'product suffix')}"

@@ -1,0 +1,415 @@
+"""Aggregate-seeded synthesis: build records attribute by attribute from the DP aggregates.
+
+Step (ii) of SDS, post-processing of the aggregates only. Each record starts
+empty; the next item is drawn, among the available items of columns the record
+does not have yet, with a weight read from the aggregates: the count of the
+record plus the item while that is at most R attributes long, otherwise the
+``weight_selection_percentile`` of the counts of every sub-combination (length
+<= R) that contains the item. An item is never drawn if any such
+sub-combination is absent from the aggregates, nor when its single-attribute
+allowance (its 1-count scaled to the requested rows) is used up. With
+``use_synthetic_counts`` every count is replaced by what remains of it after
+the records already synthesized (and a used-up combination is not drawn).
+
+dpsql runs this loop for a batch of records at once, each step adding one
+item to every record of the batch, and keeps per (record, candidate) the state
+that the next steps need: adding item x to a record only creates the
+sub-combinations that contain x, so each step looks up only those and merges
+them into a running top-k of weights from which the percentile is read.
+
+SDS ends a record when no item can be added and leaves its other cells empty.
+With many columns and much noise most records end early (on the 22 ACS
+columns at epsilon 1, after about ten), and an empty cell is wrong where the
+data is never empty. dpsql therefore continues each unfinished record with
+the same loop at reporting length R-1, R-2, ..., 1 (the rules above with
+shorter combinations: a relaxation, reported in the diagnostics); a last pass
+fills the columns that are never empty in the data ignoring the allowances. A
+nullable column still open at the end is empty.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from dpsql.progress import Progress
+from dpsql.synth.sds.aggregates import Level
+from dpsql.synth.sds.tuples import EMPTY, Items
+
+PAIRS_PER_BATCH = 200_000  # (record, candidate) pairs alive at the start of a batch
+SUBSETS_AT_ONCE = 32  # sub-combinations merged into a new pair's state at a time
+DENSE_PAIRS = 1 << 24  # items^2 up to which pairs are looked up in a dense matrix
+
+
+@dataclass(frozen=True)
+class Options:
+    """The synthesis parameters."""
+
+    use_synthetic_counts: bool
+    weight_selection_percentile: int
+
+
+class Weights:
+    """Counts of the released tuples, and (optionally) what synthesis has used of them."""
+
+    def __init__(self, items: Items, levels: list[Level], scale: float,
+                 use_synthetic_counts: bool) -> None:
+        self.items = items
+        self.levels = levels
+        self.length = len(levels)
+        self.scale = scale
+        self.use_synthetic = use_synthetic_counts
+        self.quotas = use_synthetic_counts  # whether weights subtract the synthetic counts now
+        self.counts = [np.append(lv.table.values.astype(np.float64), 0.0) for lv in levels]
+        self.used = [np.zeros(len(lv.table) + 1) for lv in levels]
+        self.single = (levels[0].table.get(np.arange(items.count)).astype(np.float64)
+                       if levels else np.zeros(items.count))
+        self._pairs: np.ndarray | None = None  # item x item -> pair position, when it fits
+        if len(levels) > 1 and items.count**2 <= DENSE_PAIRS:
+            self._pairs = np.full((items.count, items.count), -1, dtype=np.int64)
+            rows2 = levels[1].rows
+            self._pairs[rows2[:, 0], rows2[:, 1]] = np.arange(len(rows2))
+
+    def positions(self, tuples: np.ndarray) -> np.ndarray:
+        """Table positions of sorted item tuples (..., k), -1 where not released."""
+        k = tuples.shape[-1]
+        if k == 2 and self._pairs is not None:
+            return self._pairs[tuples[..., 0], tuples[..., 1]]
+        table = self.levels[k - 1].table
+        return table.find(table.space.item_keys(self.items, tuples))
+
+    def value(self, tuples: np.ndarray) -> np.ndarray:
+        """Weigh sorted tuples by their counts; <= 0 means a tuple may not be drawn.
+
+        With synthetic counts the weight is what remains of the count (scaled to
+        the requested rows) after the records already synthesized.
+        """
+        k = tuples.shape[-1]
+        pos = self.positions(tuples)
+        if not (self.use_synthetic and self.quotas):
+            return self.counts[k - 1][pos]
+        return self.counts[k - 1][pos] * self.scale - self.used[k - 1][pos]
+
+    def finish(self, rows: np.ndarray, checked: np.ndarray) -> int:
+        """Count finished records (item rows) into the synthetic counts.
+
+        Returns how many of the ``checked`` records have a combination (length <= R)
+        that was not released.
+        """
+        part = rows if self.use_synthetic else rows[checked]
+        codes = self.items.to_codes(part)
+        outside = np.zeros(len(part), dtype=bool)
+        for level in self.levels:
+            if not len(part):
+                break
+            keys, full = level.table.space.record_keys(codes)
+            pos = np.full(full.shape, -1, dtype=np.int64)
+            pos[full] = level.table.find(keys[full])
+            outside |= np.any(full & (pos < 0), axis=1)
+            if self.use_synthetic:
+                hit = pos[pos >= 0]
+                used = self.used[level.k - 1]
+                used[:-1] += np.bincount(hit, minlength=len(used) - 1)
+        if self.use_synthetic:
+            outside &= checked
+        return int(outside.sum())
+
+
+def _percentile(top: np.ndarray, count: np.ndarray, q: float, descending: bool) -> np.ndarray:
+    """Read the q-percentile of ``count`` values per row from their extremes kept in ``top``.
+
+    Linear interpolation (numpy's default); ``top`` holds each row's largest
+    values (``descending``) or its smallest.
+    """
+    h = q * (count - 1)
+    lo = np.floor(h).astype(np.int64)
+    frac = h - lo
+    hi = np.minimum(lo + 1, count - 1)
+    if descending:
+        a_idx, b_idx = count - 1 - lo, count - 1 - hi
+    else:
+        a_idx, b_idx = lo, hi
+    rows = np.arange(len(top))
+    a, b = top[rows, a_idx], top[rows, b_idx]
+    return a + frac * (b - a)
+
+
+def _kept(q: float, longest: int) -> tuple[int, bool]:
+    """How many extreme values a row must keep to read the q-percentile of up to ``longest``."""
+    sizes = np.arange(1, longest + 1)
+    lo = np.floor(q * (sizes - 1)).astype(np.int64)
+    if q >= 0.5:
+        return int((sizes - lo).max()) + 1, True
+    return int(lo.max()) + 2, False
+
+
+def _draw(groups: np.ndarray, weights: np.ndarray, n_groups: int,
+          rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One index per group, with probability proportional to ``weights`` (groups sorted).
+
+    Returns the chosen index per group and whether the group had any positive weight.
+    """
+    w = np.where(weights > 0, weights, 0.0)
+    cum = np.cumsum(w)
+    starts = np.searchsorted(groups, np.arange(n_groups), side="left")
+    ends = np.searchsorted(groups, np.arange(n_groups), side="right")
+    before = np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0.0)
+    total = np.where(ends > starts, cum[np.maximum(ends - 1, 0)] - before, 0.0)
+    ok = total > 0
+    target = before + rng.random(n_groups) * total
+    pick = np.searchsorted(cum, target, side="right")
+    pick = np.clip(pick, starts, np.maximum(ends - 1, starts))
+    return np.minimum(pick, max(len(w) - 1, 0)), ok
+
+
+def _over_allowance(chosen: np.ndarray, allowance: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Records whose drawn item ran out of allowance within this step (they draw again).
+
+    All records of a batch draw at once; of those that drew the same item only
+    as many as its remaining allowance (rounded up) keep it, chosen at random.
+    """
+    rows = np.flatnonzero(chosen != EMPTY)
+    order = rows[np.lexsort((rng.random(len(rows)), chosen[rows]))]
+    items = chosen[order]
+    first = np.searchsorted(items, items, side="left")
+    rank = np.arange(len(order)) - first
+    wait = np.zeros(len(chosen), dtype=bool)
+    wait[order] = rank >= np.ceil(allowance[items])
+    return wait
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """(record, candidate item) pairs still open, sorted by record, with their weight state.
+
+    The state is the kept extreme values, how many values were seen, and the
+    direct look-up.
+    """
+
+    owner: np.ndarray
+    cand: np.ndarray
+    top: np.ndarray
+    count: np.ndarray
+    direct: np.ndarray
+
+    def take(self, which: np.ndarray) -> _Pairs:
+        """The pairs selected by a mask or an index array."""
+        return _Pairs(self.owner[which], self.cand[which], self.top[which], self.count[which],
+                      self.direct[which])
+
+    @staticmethod
+    def join(parts: list[_Pairs]) -> _Pairs:
+        """Concatenate pairs of disjoint records, sorted by record again."""
+        owner = np.concatenate([p.owner for p in parts])
+        order = np.argsort(owner, kind="stable")
+        return _Pairs(owner[order], np.concatenate([p.cand for p in parts])[order],
+                      np.concatenate([p.top for p in parts])[order],
+                      np.concatenate([p.count for p in parts])[order],
+                      np.concatenate([p.direct for p in parts])[order])
+
+
+@dataclass
+class _Batch:
+    """Records being built: items by column, items in the order added, and their number."""
+
+    record: np.ndarray
+    sequence: np.ndarray
+    size: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int, d: int) -> _Batch:
+        return cls(np.full((n, d), EMPTY, dtype=np.int64), np.full((n, d), EMPTY, dtype=np.int64),
+                   np.zeros(n, dtype=np.int64))
+
+    def add(self, rows: np.ndarray, x: np.ndarray, column: np.ndarray) -> None:
+        self.record[rows, column] = x
+        self.sequence[rows, self.size[rows]] = x
+        self.size[rows] += 1
+
+
+class Synthesizer:
+    """Samples records (as item rows) from released aggregates."""
+
+    def __init__(self, items: Items, levels: list[Level], nullable: np.ndarray,
+                 options: Options) -> None:
+        self.items = items
+        self.levels = levels
+        self.nullable = np.asarray(nullable, dtype=bool)
+        self.options = options
+        self.length = len(levels)
+        longest = sum(math.comb(max(items.columns - 1, 0), s) for s in range(max(self.length, 1)))
+        self.q = options.weight_selection_percentile / 100
+        self.keep, self.descending = _kept(self.q, max(longest, 1))
+
+    def sample(self, n: int, rows: int, rng: np.random.Generator,
+               progress: Progress | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        """``n`` records as item rows (EMPTY for empty cells) and diagnostics."""
+        d = self.items.columns
+        weights = Weights(self.items, self.levels, n / max(rows, 1),
+                          self.options.use_synthetic_counts)
+        allowance = weights.single * weights.scale
+        batch = max(16, min(4096, PAIRS_PER_BATCH // max(self.items.count, 1)))
+        out = np.full((n, d), EMPTY, dtype=np.int64)
+        stages = self.stages()
+        filled = {name: 0 for name, *_ in stages}
+        outside = 0
+        done = 0
+        while done < n:
+            size = min(batch, n - done)
+            state = _Batch.empty(size, d)
+            relaxed = np.zeros(size, dtype=bool)
+            for name, length, quotas, respect_allowance in stages:
+                before = state.size.copy()
+                weights.quotas = quotas
+                self._grow(state, length, weights, allowance, rng, respect_allowance)
+                filled[name] += int((state.size - before).sum())
+                if length < self.length or not respect_allowance:
+                    relaxed |= state.size > before
+            outside += weights.finish(state.record, relaxed)
+            out[done:done + size] = state.record
+            done += size
+            if progress:
+                progress("sds: synthesis", done, n)
+        return out, {"cells_filled": filled, "records_outside_aggregates": outside,
+                     "empty_cells": int((out == EMPTY).sum())}
+
+    def stages(self) -> list[tuple[str, int, bool, bool]]:
+        """The loop's passes: (name, reporting length, synthetic counts, allowances).
+
+        SDS itself, then the same rules at shorter lengths, then the never-empty
+        columns without allowances.
+        """
+        synthetic = self.options.use_synthetic_counts
+        passes = [(f"length_{k}", k, synthetic, True) for k in range(self.length, 0, -1)]
+        return [*passes, ("without_allowance", 1, False, False)]
+
+    # ------------------------------------------------------------------ the loop
+
+    def _grow(self, batch: _Batch, length: int, weights: Weights, allowance: np.ndarray,
+              rng: np.random.Generator, respect_allowance: bool) -> None:
+        """Run the SDS loop at reporting length ``length`` until no record can grow.
+
+        Without allowances only columns that are never empty in the data are filled.
+        """
+        items = self.items
+        open_columns = (batch.record == EMPTY)
+        if not respect_allowance:
+            open_columns &= ~self.nullable[None, :]
+        rows = np.flatnonzero(open_columns.any(axis=1))
+        if not len(rows):
+            return
+        state = self._start(batch, rows, open_columns, length, weights, allowance,
+                            respect_allowance)
+        n = len(batch.size)
+        while len(state.cand):
+            if respect_allowance:
+                state = state.take(allowance[state.cand] > 0)
+                if not len(state.cand):
+                    break
+            within = batch.size[state.owner] + 1 <= length
+            w = np.where(within, state.direct,
+                         _percentile(state.top, state.count, self.q, self.descending))
+            pick, ok = _draw(state.owner, w, n, rng)
+            if not ok.any():
+                break
+            chosen = np.where(ok, state.cand[pick], EMPTY)
+            wait = _over_allowance(chosen, allowance, rng) if respect_allowance else ~ok
+            grow = np.flatnonzero(ok & ~wait)
+            x = chosen[grow]
+            other = items.column[state.cand] != items.column[np.maximum(chosen, 0)[state.owner]]
+            moved = self._extend(state.take((ok & ~wait)[state.owner] & other), chosen, batch,
+                                 length, weights)
+            state = _Pairs.join([moved, state.take((ok & wait)[state.owner])])
+            batch.add(grow, x, items.column[x])
+            np.subtract.at(allowance, x, 1)
+
+    def _start(self, batch: _Batch, rows: np.ndarray, open_columns: np.ndarray, length: int,
+               weights: Weights, allowance: np.ndarray, respect_allowance: bool) -> _Pairs:
+        """Open the (record, candidate) pairs of ``rows``, dropping invalid ones.
+
+        The state is built from every sub-combination {candidate} + T, T a subset
+        of the record with |T| <= length - 1.
+        """
+        items = self.items
+        if not respect_allowance:  # the last pass: any value, by its count
+            first = np.maximum(weights.single, 1e-9)
+        else:
+            first = allowance if (weights.use_synthetic and weights.quotas) else weights.single
+        usable = first > 0
+        if respect_allowance:
+            usable &= allowance > 0
+        cand_mask = open_columns[rows][:, items.column] & usable[None, :]
+        owner_local, cand = np.nonzero(cand_mask)
+        owner = rows[owner_local]
+        largest = int(batch.size[rows].max()) if len(rows) else 0
+        subsets = [sub for k in range(1, min(length - 1, largest) + 1)
+                   for sub in combinations(range(largest), k)]
+        pad = -np.inf if self.descending else np.inf
+        top = np.full((len(cand), self.keep), pad)
+        top[:, 0] = first[cand]
+        count = np.ones(len(cand), dtype=np.int64)
+        direct = first[cand].copy()
+        alive = np.ones(len(cand), dtype=bool)
+        size = batch.size[owner]
+        for lo in range(0, len(subsets), SUBSETS_AT_ONCE):
+            group = subsets[lo:lo + SUBSETS_AT_ONCE]
+            values = np.full((len(cand), len(group)), pad)
+            for j, subset in enumerate(group):
+                at = np.flatnonzero(alive & (size > subset[-1]))
+                if not len(at):
+                    continue
+                others = batch.sequence[owner[at]][:, list(subset)]
+                value = weights.value(np.sort(np.concatenate([cand[at, None], others], axis=1),
+                                              axis=1))
+                values[at, j] = value
+                count[at] += 1
+                alive[at] &= value > 0
+                whole = size[at] == len(subset)
+                direct[at[whole]] = value[whole]
+            merged = np.concatenate([top, values], axis=1)
+            merged = -np.sort(-merged, axis=1) if self.descending else np.sort(merged, axis=1)
+            top = merged[:, :self.keep]
+        return _Pairs(owner, cand, top, count, direct).take(alive)
+
+    def _extend(self, state: _Pairs, chosen: np.ndarray, batch: _Batch, length: int,
+                weights: Weights) -> _Pairs:
+        """Update the pairs after x joins each record.
+
+        Looks up the new sub-combinations {candidate, x} + T (T a subset of the
+        record before x, |T| <= length - 2), drops candidates that would leave the
+        aggregates and merges the rest into their state.
+        """
+        x = chosen[state.owner]
+        size = batch.size[state.owner]
+        largest = int(size.max()) if len(size) else 0
+        subsets = [sub for s in range(0, min(length - 2, largest) + 1)
+                   for sub in combinations(range(largest), s)]
+        if not subsets:
+            return state
+        values = np.full((len(state.cand), len(subsets)), np.nan)
+        alive = np.ones(len(state.cand), dtype=bool)
+        direct = state.direct.copy()
+        for j, subset in enumerate(subsets):
+            rows = np.flatnonzero(alive & (size > subset[-1])) if subset else np.flatnonzero(alive)
+            if not len(rows):
+                continue
+            parts = [state.cand[rows, None], x[rows, None]]
+            if subset:
+                parts.append(batch.sequence[state.owner[rows]][:, list(subset)])
+            value = weights.value(np.sort(np.concatenate(parts, axis=1), axis=1))
+            values[rows, j] = value
+            alive[rows] &= value > 0
+            whole = (size[rows] == len(subset)) & (size[rows] + 2 <= length)
+            direct[rows[whole]] = value[whole]
+        values = values[alive]
+        seen = ~np.isnan(values)
+        pad = -np.inf if self.descending else np.inf
+        merged = np.concatenate([state.top[alive], np.where(seen, values, pad)], axis=1)
+        merged = -np.sort(-merged, axis=1) if self.descending else np.sort(merged, axis=1)
+        return _Pairs(state.owner[alive], state.cand[alive], merged[:, :self.keep],
+                      state.count[alive] + seen.sum(axis=1), direct[alive])

@@ -1,0 +1,49 @@
+"""Real stores and fitted SDS models for the SDS tests (the bundled Adult sample)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+import dpsql
+from dpsql.domain import Domain
+from dpsql.source import bounded_relation
+from dpsql.store import Store
+from dpsql.synth.sds import _encoded
+from dpsql.synth.sds.tuples import EMPTY, Items
+from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
+
+COLUMNS = ("age", "workclass", "race", "sex", "relationship", "income_50k")
+
+
+def open_adult(tmp: Path, policy: Path = ADULT_POLICY, csv: Path = ADULT_SAMPLE) -> Store:
+    """A governed store over the Adult sample (zCDP policy), left open."""
+    store, _ = dpsql.init(tmp / "adult.duckdb", policy, {"adult": csv})
+    return store
+
+
+def source_and_domain(store: Store, columns: Sequence[str] | None = COLUMNS):
+    """The bounded source relation and the domain of ``columns``."""
+    dataset = store.active_policy().dataset("adult")
+    domain = Domain.from_dataset(dataset, columns)
+    return bounded_relation(store, dataset), domain
+
+
+def item_rows(store: Store, columns: Sequence[str] | None = COLUMNS) -> tuple[np.ndarray, Items]:
+    """The true records as item rows, read like the synthesizer reads them."""
+    source, domain = source_and_domain(store, columns)
+    items = Items(domain)
+    return items.from_codes(_encoded(source, domain)), items
+
+
+def tuple_counts(rows: np.ndarray, k: int) -> dict[tuple[int, ...], int]:
+    """Exact counts of every k-tuple of items in ``rows`` (empty cells make no tuple)."""
+    out: dict[tuple[int, ...], int] = {}
+    for row in rows.tolist():
+        present = [x for x in row if x != EMPTY]
+        for combo in combinations(present, k):
+            out[combo] = out.get(combo, 0) + 1
+    return out

@@ -1,0 +1,243 @@
+"""SDS aggregate-seeded synthesis: the loop's rules, its incremental state, determinism."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from dpsql.errors import ConfigurationError
+from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta
+from dpsql.synth.sds import SDS, FittedSDS
+from dpsql.synth.sds.synthesis import (
+    Options,
+    Synthesizer,
+    Weights,
+    _Batch,
+    _kept,
+    _percentile,
+)
+from dpsql.synth.sds.tuples import EMPTY
+from tests.synth.sds_fixtures import open_adult, source_and_domain
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory):
+    store = open_adult(tmp_path_factory.mktemp("sds_synthesis"))
+    yield store
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def fitted(store) -> FittedSDS:
+    source, domain = source_and_domain(store)
+    return SDS().fit(source, domain, rho_from_epsilon_delta(2, 1e-6), np.random.default_rng(0))
+
+
+def sampler(fitted: FittedSDS, use_synthetic_counts: bool = True, percentile: int = 95):
+    nullable = np.array([a.null_code is not None for a in fitted.domain.attributes])
+    return Synthesizer(fitted.items, fitted.aggregates.levels, nullable,
+                       Options(use_synthetic_counts, percentile))
+
+
+def released(fitted: FittedSDS) -> set[tuple[int, ...]]:
+    return {tuple(t) for level in fitted.aggregates.levels for t in level.rows.tolist()}
+
+
+# --------------------------------------------------------------------------- the output
+
+
+def test_sample_is_a_table_of_domain_codes(fitted: FittedSDS) -> None:
+    table = fitted.sample(700, np.random.default_rng(1))
+    assert isinstance(table, pa.Table)
+    assert table.num_rows == 700
+    assert table.column_names == list(fitted.domain.names)
+    for attribute in fitted.domain.attributes:
+        codes = table.column(attribute.name).to_numpy()
+        assert codes.min() >= 0
+        assert codes.max() < attribute.size
+    assert fitted.diagnostics["empty_cells"] == 0  # no column of this domain is nullable
+    decoded = fitted.domain.decode(table, np.random.default_rng(0))
+    assert decoded.num_rows == 700
+
+
+def test_same_seed_same_records(fitted: FittedSDS) -> None:
+    a = fitted.sample(500, np.random.default_rng(42))
+    b = fitted.sample(500, np.random.default_rng(42))
+    c = fitted.sample(500, np.random.default_rng(43))
+    assert a.equals(b)
+    assert not a.equals(c)
+
+
+def test_zero_rows_and_bad_counts(fitted: FittedSDS) -> None:
+    assert fitted.sample(0, np.random.default_rng(0)).num_rows == 0
+    with pytest.raises(ConfigurationError):
+        fitted.sample(-1, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("use_synthetic_counts", [True, False])
+def test_the_loop_never_leaves_the_aggregates(fitted: FittedSDS,
+                                              use_synthetic_counts: bool) -> None:
+    """Records from the SDS loop at full length only hold released combinations."""
+    synth = sampler(fitted, use_synthetic_counts)
+    weights = Weights(fitted.items, fitted.aggregates.levels, 1.0, use_synthetic_counts)
+    allowance = weights.single.copy()
+    batch = _Batch.empty(400, fitted.items.columns)
+    synth._grow(batch, synth.length, weights, allowance, np.random.default_rng(3), True)
+    assert batch.size.min() >= 1
+    known = released(fitted)
+    for row in batch.record.tolist():
+        present = [x for x in row if x != EMPTY]
+        assert len({int(fitted.items.column[x]) for x in present}) == len(present)
+        for k in range(1, synth.length + 1):
+            for combo in combinations(present, k):
+                assert combo in known
+    assert weights.finish(batch.record, np.ones(400, dtype=bool)) == 0
+
+
+def test_relaxed_records_are_counted(fitted: FittedSDS) -> None:
+    fitted.sample(fitted.rows, np.random.default_rng(5))
+    diagnostics = fitted.diagnostics
+    filled = diagnostics["cells_filled"]
+    assert sum(filled.values()) == fitted.rows * fitted.items.columns
+    assert list(filled) == ["length_3", "length_2", "length_1", "without_allowance"]
+    assert filled["length_3"] > filled["length_2"] + filled["length_1"]
+    relaxed = filled["length_2"] + filled["length_1"] + filled["without_allowance"]
+    assert 0 <= diagnostics["records_outside_aggregates"] <= relaxed
+    json.dumps(fitted.describe())
+
+
+def test_synthetic_counts_match_the_records(fitted: FittedSDS) -> None:
+    synth = sampler(fitted, True)
+    weights = Weights(fitted.items, fitted.aggregates.levels, 1.0, True)
+    batch = _Batch.empty(300, fitted.items.columns)
+    synth._grow(batch, synth.length, weights, weights.single.copy(), np.random.default_rng(0),
+                True)
+    weights.finish(batch.record, np.zeros(300, dtype=bool))
+    for level, used in zip(fitted.aggregates.levels, weights.used, strict=True):
+        counts: dict[tuple[int, ...], int] = {}
+        for row in batch.record.tolist():
+            for combo in combinations([x for x in row if x != EMPTY], level.k):
+                counts[combo] = counts.get(combo, 0) + 1
+        for position, tup in enumerate(map(tuple, level.rows.tolist())):
+            assert used[position] == counts.get(tup, 0)
+
+
+# --------------------------------------------------------------------------- the weights
+
+
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 0.95, 1.0])
+def test_percentile_from_kept_extremes_equals_numpy(q: float) -> None:
+    rng = np.random.default_rng(7)
+    longest = 40
+    keep, descending = _kept(q, longest)
+    counts = rng.integers(1, longest + 1, 500)
+    values = [rng.integers(1, 1000, c).astype(float) for c in counts]
+    top = np.array([(np.sort(v)[::-1] if descending else np.sort(v)).tolist()[:keep]
+                    + [np.nan] * max(0, keep - len(v)) for v in values])
+    got = _percentile(np.nan_to_num(top), counts, q, descending)
+    want = np.array([np.percentile(v, 100 * q) for v in values])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_incremental_state_equals_a_fresh_computation(fitted: FittedSDS) -> None:
+    """The state grown step by step equals the one built from scratch for the same record."""
+    synth = sampler(fitted, use_synthetic_counts=False, percentile=80)
+    weights = Weights(fitted.items, fitted.aggregates.levels, 1.0, False)
+    allowance = np.full(fitted.items.count, 1e9)
+    rng = np.random.default_rng(11)
+    grown = _Batch.empty(60, fitted.items.columns)
+    synth._grow(grown, synth.length, weights, allowance, rng, True)
+    for steps in range(1, 5):
+        partial = _Batch.empty(60, fitted.items.columns)
+        for t in range(steps):
+            rows = np.flatnonzero(grown.size > t)
+            x = grown.sequence[rows, t]
+            partial.add(rows, x, fitted.items.column[x])
+        fresh = synth._start(partial, np.arange(60), partial.record == EMPTY, synth.length,
+                             weights, allowance, True)
+        stepwise = synth._start(_Batch.empty(60, fitted.items.columns), np.arange(60),
+                                partial.record == EMPTY, synth.length, weights, allowance, True)
+        replay = _Batch.empty(60, fitted.items.columns)
+        for t in range(steps):
+            rows = np.flatnonzero(partial.size > t)
+            chosen = np.full(60, EMPTY)
+            chosen[rows] = partial.sequence[rows, t]
+            keep = np.isin(stepwise.owner, rows) & (
+                fitted.items.column[stepwise.cand]
+                != fitted.items.column[np.maximum(chosen, 0)[stepwise.owner]])
+            stepwise = synth._extend(stepwise.take(keep), chosen, replay, synth.length, weights)
+            replay.add(rows, chosen[rows], fitted.items.column[chosen[rows]])
+        done = partial.size == steps
+        a = {(o, c): i for i, (o, c) in enumerate(zip(fresh.owner, fresh.cand, strict=True))
+             if done[o]}
+        b = {(o, c): i for i, (o, c) in enumerate(zip(stepwise.owner, stepwise.cand,
+                                                      strict=True)) if done[o]}
+        assert a.keys() == b.keys()
+        for key, i in a.items():
+            j = b[key]
+            assert fresh.count[i] == stepwise.count[j]
+            within = steps + 1 <= synth.length
+            if within:
+                assert fresh.direct[i] == stepwise.direct[j]
+            wa = _percentile(fresh.top[i:i + 1], fresh.count[i:i + 1], synth.q, synth.descending)
+            wb = _percentile(stepwise.top[j:j + 1], stepwise.count[j:j + 1], synth.q,
+                             synth.descending)
+            assert wa == pytest.approx(wb)
+
+
+# --------------------------------------------------------------------------- products
+
+
+def test_aggregates_product(fitted: FittedSDS) -> None:
+    table = fitted.products()["aggregates"]
+    assert table.column_names == ["tuple", "length", "noisy_count"]
+    assert table.num_rows == sum(len(level.rows) for level in fitted.aggregates.levels)
+    lengths = table.column("length").to_numpy()
+    assert set(lengths.tolist()) == {1, 2, 3}
+    assert table.column("noisy_count").to_numpy().min() >= 1
+    for text, k in zip(table.column("tuple").to_pylist()[:200], lengths[:200], strict=True):
+        parts = text.split(";")
+        assert len(parts) == k
+        assert all(part.split("=", 1)[0] in fitted.domain.names for part in parts)
+
+
+def test_nullable_columns_keep_empty_values(tmp_path) -> None:
+    """A nullable column's NULL is 'empty': it makes no tuple, and synthesis may leave it."""
+    from tests.conftest import ADULT_SAMPLE
+
+    lines = ADULT_SAMPLE.read_text().splitlines()
+    header = lines[0].split(",")
+    j = header.index("workclass")
+    out = [lines[0]]
+    for i, line in enumerate(lines[1:]):
+        cells = line.split(",")
+        if i % 4 == 0:
+            cells[j] = ""
+        out.append(",".join(cells))
+    csv = tmp_path / "nulls.csv"
+    csv.write_text("\n".join(out) + "\n")
+    from tests.conftest import ADULT_POLICY
+
+    text = ADULT_POLICY.read_text().replace(
+        "workclass:      {type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8]}",
+        "workclass:      {type: categorical, values: [null, 0, 1, 2, 3, 4, 5, 6, 7, 8]}")
+    policy = tmp_path / "nulls.yaml"
+    policy.write_text(text)
+    store = open_adult(tmp_path, policy, csv)
+    try:
+        source, domain = source_and_domain(store)
+        null = domain["workclass"].null_code
+        assert null is not None
+        fitted = SDS().fit(source, domain, PrivacyCost.unbounded("zcdp"),
+                           np.random.default_rng(0))
+        ones = fitted.aggregates.levels[0].rows[:, 0]
+        assert not np.any(ones >= fitted.items.count)  # the NULL code is no item
+        table = fitted.sample(2000, np.random.default_rng(0))
+        share = float((table.column("workclass").to_numpy() == null).mean())
+        assert 0.1 < share < 0.4  # a quarter of the data is empty there
+    finally:
+        store.close()
