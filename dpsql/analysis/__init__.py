@@ -1,1 +1,1 @@
-"""What analysts and admins run on released data: fidelity reports, combining rules."""
+"""What analysts and admins run on released data: fidelity reports, Rubin's combining rules."""

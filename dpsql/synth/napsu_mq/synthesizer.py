@@ -1,0 +1,280 @@
+"""NAPSU-MQ: noise-aware synthetic data from noisy marginals (Räisä et al., AISTATS 2023).
+
+Privacy: the data are touched only by (1) MST selection when ``select=mst``
+(noisy 1-way marginals and exponential-mechanism rounds, its ``select_share``
+of rho, see :mod:`.mst`) and (2) one GROUPING SETS pass measuring the full
+marginal of every clique with discrete Gaussian noise (the rest of rho, split
+equally: L2 sensitivity sqrt(d) * max_rows for d cliques under add/remove of
+one privacy unit; the paper states sqrt(2d) under substitution). Everything
+after that (canonical pruning, inference, sampling) is post-processing, so the
+posterior and any number of synthetic copies are DP at the same cost. Gaussian
+noise needs zCDP accounting; pure-DP policies are refused.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import duckdb
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyarrow as pa
+from threadpoolctl import threadpool_limits
+
+from dpsql.domain import Domain
+from dpsql.errors import ConfigurationError
+from dpsql.privacy import PrivacyCost
+from dpsql.progress import Progress, silent
+from dpsql.synth.base import register
+from dpsql.synth.measure import measure_marginals
+from dpsql.synth.napsu_mq import laplace as laplace_step
+from dpsql.synth.napsu_mq import mst, nuts
+from dpsql.synth.napsu_mq import posterior as post
+from dpsql.synth.napsu_mq.evidence import Observed, reduce
+from dpsql.synth.napsu_mq.model import compiled_marginals
+from dpsql.synth.napsu_mq.sampling import sample_records
+from dpsql.synth.napsu_mq.structure import Structure
+
+STATE_VERSION = 1
+MAX_PARAMETERS = 3000
+RHAT_LIMIT = 1.01
+MIN_ESS = 400
+WEAK_FRACTION = 0.5  # Laplace sd above this share of prior_sd: weakly identified
+
+
+class DiagnosticsWarning(UserWarning):
+    """The posterior inference shows signs of trouble (see describe()['diagnostics'])."""
+
+
+@register("napsu_mq")
+@dataclass
+class NapsuMQ:
+    """Options of a NAPSU-MQ fit (each settable as ``--option key=value``).
+
+    ``cliques`` are marginals always measured ("a+b,c+d"); ``select=mst`` adds a
+    spanning tree of pairs chosen by MST with ``select_share`` of the budget,
+    ``select=none`` measures only ``cliques`` (plus 1-way marginals of columns
+    they miss). ``inference`` is ``nuts`` (exact MCMC, slower) or ``laplace``.
+    """
+
+    cliques: tuple[tuple[str, ...], ...] = ()
+    select: str = "mst"
+    select_share: float = 0.2
+    inference: str = "nuts"
+    chains: int = 4
+    warmup: int = 800
+    samples: int = 2000
+    max_tree_depth: int = 12
+    target_accept: float = 0.8
+    laplace_iterations: int = 6000
+    restarts: int = 5
+    prior_sd: float = 10.0
+    keep_draws: int = 1000
+
+    name = "napsu_mq"
+    is_dp = True
+
+    def __post_init__(self) -> None:
+        self.cliques = tuple(tuple(c) for c in self.cliques)
+        checks = [
+            (self.select in ("mst", "none"), "select must be 'mst' or 'none'"),
+            (self.inference in ("nuts", "laplace"), "inference must be 'nuts' or 'laplace'"),
+            (0 < self.select_share < 1, "select_share must be between 0 and 1"),
+            (self.chains >= 1, "chains must be at least 1"),
+            (self.warmup >= 1 and self.samples >= 1, "warmup and samples must be positive"),
+            (1 <= self.max_tree_depth <= 15, "max_tree_depth must be in 1..15"),
+            (0 < self.target_accept < 1, "target_accept must be between 0 and 1"),
+            (self.prior_sd > 0, "prior_sd must be positive"),
+            (self.keep_draws >= 1, "keep_draws must be positive"),
+            (self.laplace_iterations >= 1 and self.restarts >= 0,
+             "laplace_iterations must be positive and restarts non-negative"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigurationError(f"napsu_mq: {message}")
+
+    # -- fitting ---------------------------------------------------------------------
+    def check(self, domain: Domain, budget: PrivacyCost) -> None:
+        """Refuse what fit would refuse, before the release charges the budget."""
+        if budget.kind != "zcdp":
+            raise ConfigurationError(
+                "napsu_mq adds Gaussian noise, which is not pure DP; use a policy with "
+                "accounting: zcdp (budgets can still be written as epsilon and delta)")
+        if budget.is_zero:
+            raise ConfigurationError("napsu_mq needs a positive budget")
+        self._required(domain)
+
+    def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
+            rng: np.random.Generator, progress: Progress | None = None) -> FittedNapsuMQ:
+        """Measure, infer the posterior, and return a model that samples copies."""
+        progress = progress or silent
+        self.check(domain, budget)
+        required = self._required(domain)
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        observed: list[Observed] = []
+        described: dict[str, Any] = {}
+        spent = PrivacyCost.zero("zcdp")
+        index = {c: i for i, c in enumerate(domain.names)}
+        if self.select == "mst":
+            progress("select", 0, 1)
+            half = self.select_share / 2
+            oneway_part, select_part, measure_part = budget.split([half, half, 1 - 2 * half])
+            selection = mst.select(source, domain, required, oneway_part, select_part)
+            cliques = [*required, *selection.pairs]
+            observed += [Observed((index[m.columns[0]],), m.noisy, m.variance)
+                         for m in selection.oneway]
+            spent = spent + selection.spent
+            described["selection"] = selection.describe()
+            timings["select"] = time.perf_counter() - t0
+            progress("select", 1, 1)
+        else:
+            covered = {c for clique in required for c in clique}
+            cliques = [*required, *((c,) for c in domain.names if c not in covered)]
+            measure_part = budget
+        structure = Structure.build(domain.shape, [[index[c] for c in q] for q in cliques])
+        if structure.dim > MAX_PARAMETERS:
+            raise ConfigurationError(
+                f"the chosen marginals give {structure.dim:,} parameters (limit "
+                f"{MAX_PARAMETERS:,}); choose fewer or coarser columns or smaller cliques")
+        t1 = time.perf_counter()
+        progress("measure", 0, 1)
+        measured = measure_marginals(source, domain, cliques, measure_part)
+        observed += [Observed(tuple(index[c] for c in m.columns), m.noisy, m.variance)
+                     for m in measured]
+        spent = spent + sum((m.cost for m in measured), PrivacyCost.zero("zcdp"))
+        timings["measure"] = time.perf_counter() - t1
+        progress("measure", 1, 1)
+        reduced = reduce(structure, observed, domain.public_rows)
+        diagnostics: dict[str, Any] = {}
+        with jax.enable_x64(True), threadpool_limits(1):
+            fitted = laplace_step.fit(structure, reduced, self.prior_sd, rng, progress,
+                                      self.laplace_iterations, self.restarts)
+            timings["laplace"] = fitted.seconds
+            diagnostics["laplace"] = fitted.describe()
+            # Parameters whose Laplace sd is near the prior's: the data barely bind them
+            # (near-empty cells), and a symmetric Gaussian is a poor fit there.
+            laplace_sd = np.sqrt(np.diag(fitted.cov))[: structure.dim]
+            diagnostics["laplace"]["weakly_identified"] = int(
+                (laplace_sd > WEAK_FRACTION * self.prior_sd).sum())
+            posterior: post.Posterior = post.Gaussian(fitted.mean, fitted.cov)
+            if self.inference == "nuts":
+                draws = nuts.sample(structure, reduced, fitted, self.prior_sd,
+                                    chains=self.chains, warmup=self.warmup,
+                                    samples=self.samples, max_tree_depth=self.max_tree_depth,
+                                    target_accept=self.target_accept, rng=rng,
+                                    progress=progress)
+                diagnostics["nuts"] = draws.diagnostics
+                timings["nuts"] = draws.diagnostics["seconds"]
+                posterior = post.Samples(post.thin(draws.phi, self.keep_draws))
+        timings["total"] = time.perf_counter() - t0
+        diagnostics["timings_seconds"] = {k: round(v, 3) for k, v in timings.items()}
+        diagnostics["warnings"] = self._warnings(diagnostics)
+        for message in diagnostics["warnings"]:
+            warnings.warn(f"napsu_mq: {message}", DiagnosticsWarning, stacklevel=2)
+        mean, sd = posterior.summary()
+        rows: dict[str, Any] = {"public": domain.public_rows is not None, "estimate": reduced.n0}
+        if reduced.free_n:
+            rows["estimate"] = reduced.n0 + reduced.n_scale * float(mean[-1])
+            rows["posterior_sd"] = reduced.n_scale * float(sd[-1])
+        info = {
+            "parameters": asdict(self),
+            "model": {"cliques": [list(q) for q in cliques], "parameters": structure.dim,
+                      "rows": rows,
+                      "junction_tree": [[domain.names[j] for j in c] for c in structure.tree],
+                      "noise_variance": "sigma^2 of the discrete Gaussian (an upper bound)"},
+            "measurements": [m.describe() for m in measured],
+            **described,
+            "diagnostics": diagnostics,
+        }
+        return FittedNapsuMQ(structure, domain.names, posterior, spent, info,
+                             max(1, round(rows["estimate"])))
+
+    def _required(self, domain: Domain) -> list[tuple[str, ...]]:
+        out = []
+        for clique in self.cliques:
+            for column in clique:
+                domain[column]  # raises with a did-you-mean
+            if len(set(clique)) != len(clique) or not clique:
+                raise ConfigurationError(f"napsu_mq: clique {'+'.join(clique)!r} repeats a "
+                                         "column or is empty")
+            out.append(tuple(clique))
+        return out
+
+    @staticmethod
+    def _warnings(diagnostics: dict[str, Any]) -> list[str]:
+        out = []
+        lap = diagnostics["laplace"]
+        if not lap["converged"]:
+            out.append("the Laplace approximation did not converge "
+                       f"({'; '.join(lap['notes']) or 'iteration limit'})")
+        chain = diagnostics.get("nuts")
+        if not chain and lap.get("weakly_identified"):
+            out.append(f"{lap['weakly_identified']} parameters are barely bound by the data "
+                       "(near-empty cells); Laplace draws can put mass on empty cells: use "
+                       "inference=nuts, or coarser bins")
+        if chain:
+            if chain["max_rhat"] is not None and chain["max_rhat"] > RHAT_LIMIT:
+                out.append(f"max R-hat {chain['max_rhat']:.3f} > {RHAT_LIMIT}: chains disagree; "
+                           "run more warmup/samples")
+            if chain["min_ess"] < MIN_ESS:
+                out.append(f"min effective sample size {chain['min_ess']:.0f} < {MIN_ESS}; "
+                           "run more samples")
+            if chain["divergences"]:
+                out.append(f"{chain['divergences']} divergent transitions; raise target_accept")
+        return out
+
+    # -- resuming --------------------------------------------------------------------
+    @classmethod
+    def restore(cls, state: dict[str, Any], domain: Domain) -> FittedNapsuMQ:
+        """A fitted model from :meth:`FittedNapsuMQ.state` (no data, no privacy cost)."""
+        if state.get("version") != STATE_VERSION:
+            raise ConfigurationError("this napsu_mq state was written by another version")
+        columns = list(state["columns"])
+        if list(domain.names) != columns or list(domain.shape) != list(state["sizes"]):
+            raise ConfigurationError("the dataset's domain changed since this release; "
+                                     "release again instead of drawing more copies")
+        index = {c: i for i, c in enumerate(columns)}
+        structure = Structure.build(domain.shape, [[index[c] for c in q]
+                                                   for q in state["cliques"]])
+        return FittedNapsuMQ(structure, domain.names, post.from_state(state["posterior"]),
+                             PrivacyCost.zero("zcdp"), state.get("describe", {}),
+                             int(state["rows"]))
+
+
+@dataclass
+class FittedNapsuMQ:
+    """A NAPSU-MQ posterior: each :meth:`sample` call is one synthetic copy."""
+
+    structure: Structure
+    columns: tuple[str, ...]
+    posterior: post.Posterior
+    spent: PrivacyCost
+    info: dict[str, Any]
+    rows: int
+
+    def sample(self, n: int, rng: np.random.Generator) -> pa.Table:
+        """One synthetic copy of ``n`` rows: theta from the posterior, then records from it."""
+        phi = self.posterior.draw(rng)
+        with jax.enable_x64(True):
+            tables = compiled_marginals(self.structure)(jnp.asarray(phi[: self.structure.dim]))
+            tables = [np.asarray(t) for t in tables]
+        codes = sample_records(self.structure, tables, int(n), rng)
+        return pa.table({c: pa.array(codes[:, j], type=pa.int32())
+                         for j, c in enumerate(self.columns)})
+
+    def describe(self) -> dict[str, Any]:
+        """Parameters, measurement descriptors, selection, diagnostics and a posterior summary."""
+        return dict(self.info)
+
+    def state(self) -> dict[str, Any]:
+        """JSON-able DP state: structure, row count and the posterior (draws or Gaussian)."""
+        return {"version": STATE_VERSION, "columns": list(self.columns),
+                "sizes": list(self.structure.sizes),
+                "cliques": self.info["model"]["cliques"], "rows": self.rows,
+                "posterior": self.posterior.state(), "describe": self.describe()}
+
