@@ -31,13 +31,14 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
-from dpsql.domain import Attribute, quote, sql_literal
+from dpsql.domain import Attribute, clamp_sql, quote, sql_literal
 from dpsql.noise import FixedPoint
 from dpsql.policy import Column
 from dpsql.privacy import Kind, PrivacyCost
 from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, Measure, QueryPlan
+from dpsql.query.predicates import total_numeric
 from dpsql.source import bounded_sql
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
@@ -100,6 +101,10 @@ def _clamped(col: Column, ctx: Context) -> str:
     assert bounds is not None
     name = quote(col.name)
     kind = ctx.types[col.name].upper()
+    if not total_numeric(kind):
+        # Wide decimals, HUGEINT, UBIGINT: compared with a bound they are cast in ways
+        # that raise on large values; read them as DOUBLE (TRY_CAST: never raises).
+        return clamp_sql(name, bounds)
     if kind in _INTEGER_TYPES and all(b == int(b) for b in bounds):
         lo, hi = (str(int(b)) for b in bounds)
         nan = ""

@@ -72,6 +72,16 @@ def number_literal(text: str, node: exp.Expr, source: str) -> exp.Expr:
     return exp.Literal.number(repr(number))
 
 
+_TOTAL_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
+                  "UINTEGER", "INT", "INT1", "INT2", "INT4", "INT8", "DOUBLE", "FLOAT", "REAL",
+                  "FLOAT4", "FLOAT8")
+
+
+def total_numeric(sql_type: str) -> bool:
+    """Whether comparisons of this column type with integers and doubles never raise."""
+    return sql_type.upper() in _TOTAL_NUMERIC
+
+
 @dataclass
 class RowScope:
     """Names a row expression may use: the dataset's visible columns under its table names."""
@@ -190,13 +200,25 @@ class RowChecker:
     def _column(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         assert isinstance(node, exp.Column)
         col = self.scope.column(node)
-        return exp.column(col.name, quoted=True), self.scope.type_of(col)
+        kind = self.scope.type_of(col)
+        column: exp.Expr = exp.column(col.name, quoted=True)
+        if kind == "num" and not total_numeric(self.scope.types[col.name]):
+            # DECIMAL, HUGEINT and unsigned 64-bit columns can overflow in the implicit
+            # casts of a comparison; DOUBLE comparisons never raise.
+            column = exp.TryCast(this=column, to=exp.DataType.build("DOUBLE"))
+        return column, kind
 
     def _literal(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         assert isinstance(node, exp.Literal)
         if node.is_string:
             return exp.Literal.string(node.this), "str"
-        return number_literal(node.this, node, self.source), "num"
+        literal = number_literal(node.this, node, self.source)
+        if "." in literal.this or "e" in literal.this.lower():
+            # A decimal literal is typed DECIMAL(p, s): comparing it with an integer or
+            # wide decimal column casts the column to DECIMAL(38, s), which raises on
+            # large values, so an error would depend on the data. DOUBLE is total.
+            return exp.cast(literal, exp.DataType.build("DOUBLE")), "num"
+        return literal, "num"
 
     def _null(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         return exp.null(), "null"
