@@ -61,24 +61,37 @@ class Charge:
 
 _STANDING_SQL = """
 SELECT
-    coalesce(sum(units) FILTER (WHERE src = 'grant' AND user_name = $user), 0),
-    coalesce(bool_or(infinite) FILTER (WHERE src = 'grant' AND user_name = $user), false),
-    coalesce(sum(units) FILTER (WHERE src = 'charge' AND user_name = $user), 0),
-    coalesce(bool_or(infinite) FILTER (WHERE src = 'charge' AND user_name = $user), false),
-    coalesce(sum(units) FILTER (WHERE src = 'charge'), 0),
-    coalesce(bool_or(infinite) FILTER (WHERE src = 'charge'), false)
+    coalesce(sum(units) FILTER (WHERE src = 'grant' AND mine AND native), 0),
+    coalesce(bool_or(infinite) FILTER (WHERE src = 'grant' AND mine), false),
+    coalesce(sum(units) FILTER (WHERE src = 'charge' AND mine AND native), 0),
+    coalesce(bool_or(infinite) FILTER (WHERE src = 'charge' AND mine), false),
+    coalesce(sum(units) FILTER (WHERE src = 'charge' AND native), 0),
+    coalesce(bool_or(infinite) FILTER (WHERE src = 'charge'), false),
+    list(units) FILTER (WHERE src = 'grant' AND mine AND NOT native),
+    list(units) FILTER (WHERE src = 'charge' AND mine AND NOT native),
+    list(units) FILTER (WHERE src = 'charge' AND NOT native)
 FROM (
-    SELECT 'charge' AS src, user_name, units, infinite FROM dpsql.charges
-    WHERE dataset = $dataset AND kind = $kind
+    SELECT 'charge' AS src, user_name = $user AS mine, kind = $kind AS native, units, infinite
+    FROM dpsql.charges WHERE dataset = $dataset
     UNION ALL
-    SELECT 'grant' AS src, user_name, units, infinite FROM dpsql.grants
-    WHERE dataset = $dataset AND kind = $kind
+    SELECT 'grant' AS src, user_name = $user AS mine, kind = $kind AS native, units, infinite
+    FROM dpsql.grants WHERE dataset = $dataset
 )
 """
 
 
-def _cost(kind: Kind, units: int, infinite: bool) -> PrivacyCost:
-    return PrivacyCost.unbounded(kind) if infinite else PrivacyCost(kind, int(units))
+def _cost(kind: Kind, units: int, infinite: bool, foreign: list[int] | None) -> PrivacyCost:
+    """A sum of ledger rows in ``kind``.
+
+    ``foreign`` rows (pure epsilon recorded before the policy switched to zCDP) each
+    count as epsilon^2 / 2, so nothing spent is forgotten.
+    """
+    if infinite:
+        return PrivacyCost.unbounded(kind)
+    total = PrivacyCost(kind, int(units))
+    for other in foreign or ():
+        total = total + PrivacyCost("pure", int(other)).to(kind)
+    return total
 
 
 class Ledger:
@@ -91,7 +104,12 @@ class Ledger:
     # -- reading ------------------------------------------------------------------------
     def budget(self, user: str, dataset: str,
                cur: duckdb.DuckDBPyConnection | None = None) -> Budget:
-        """The current standing of ``user`` on ``dataset`` (one query)."""
+        """The current standing of ``user`` on ``dataset`` (one query).
+
+        Every row recorded for the dataset counts, whatever the accounting was when it
+        was written (see :func:`_cost`; the store refuses a switch to pure accounting
+        once zCDP costs exist).
+        """
         cur = cur or self.store.cursor()
         policy = self.policy
         ds = policy.dataset(dataset)
@@ -100,9 +118,9 @@ class Ledger:
         row = cur.execute(_STANDING_SQL, {"user": user, "dataset": dataset,
                                           "kind": kind}).fetchone()
         assert row is not None
-        granted = base + _cost(kind, row[0], row[1])
-        return Budget(user, dataset, granted, _cost(kind, row[2], row[3]), ds.budget,
-                      _cost(kind, row[4], row[5]))
+        granted = base + _cost(kind, row[0], row[1], row[6])
+        return Budget(user, dataset, granted, _cost(kind, row[2], row[3], row[7]), ds.budget,
+                      _cost(kind, row[4], row[5], row[8]))
 
     def budgets(self, user: str | None = None) -> list[Budget]:
         """Standing of ``user`` (or every user) on every dataset they have a budget for."""

@@ -410,6 +410,7 @@ class Store:
         with self.lock:
             version = self.policy_version()
             previous = self.active_policy() if version else None
+            self._check_ledger_continuity(previous, policy)
             changes = previous.diff(policy) if previous else ["(first policy)"]
             with self.transaction() as cur:
                 cur.execute(
@@ -425,6 +426,33 @@ class Store:
                 )
             self._policy_cache = None
         return changes
+
+    def _check_ledger_continuity(self, previous: Policy | None, policy: Policy) -> None:
+        """Refuse a policy under which the ledger would forget what was spent.
+
+        Charges are recorded per dataset name: a dataset with recorded charges or
+        grants must keep its name and table, and zCDP costs cannot be counted
+        under pure accounting (rho-zCDP implies no pure epsilon).
+        """
+        rows = self.cursor().execute(
+            "SELECT dataset, bool_or(kind = 'zcdp') FROM (SELECT dataset, kind FROM "
+            "dpsql.charges UNION ALL SELECT dataset, kind FROM dpsql.grants) GROUP BY dataset "
+            "ORDER BY dataset").fetchall()
+        for dataset, has_zcdp in rows:
+            where = f"{policy.source}: datasets.{dataset}"
+            if dataset not in policy.datasets:
+                raise PolicyError(f"{where}: dataset {dataset!r} has budget spent or granted "
+                                  "in the ledger; a policy cannot drop or rename it, which would "
+                                  f"forget that spending; keep dataset {dataset!r}")
+            old_table = previous.datasets[dataset].table \
+                if previous and dataset in previous.datasets else None
+            if old_table is not None and policy.datasets[dataset].table != old_table:
+                raise PolicyError(f"{where}.table: dataset {dataset!r} has budget spent on "
+                                  f"table {old_table!r}; keep that table for it")
+            if has_zcdp and policy.accounting == "pure":
+                raise PolicyError(f"{policy.source}: accounting: the ledger holds zCDP costs "
+                                  f"on {dataset!r}, which pure accounting cannot count; keep "
+                                  "accounting: zcdp")
 
     def policy_history(self) -> list[dict[str, Any]]:
         """Every applied policy version, oldest first."""

@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import dpsql
-from dpsql.errors import AccessDenied, BudgetExceeded
+from dpsql.errors import AccessDenied, BudgetExceeded, PolicyError
 from dpsql.privacy import PrivacyCost
 
 from .conftest import policy_text
@@ -130,3 +130,37 @@ def test_audit_records_fingerprint_and_finish(store_path):
         assert entry["outcome"] == "answered"
         assert entry["fingerprint"] == alice.policy.fingerprint
         assert entry["cost"] == alice.cost(epsilon="0.1")
+
+
+def test_switching_to_zcdp_counts_earlier_pure_spending(make_store, tmp_path):
+    path = make_store(policy_text())
+    with dpsql.connect(path, "alice") as alice:
+        alice.ledger.charge("alice", "adult", PrivacyCost.pure(1), "all of it")
+    zcdp = tmp_path / "zcdp.yaml"
+    zcdp.write_text(policy_text("zcdp", budget="{rho: 0.5}", user_budget="{rho: 0.5}"))
+    with dpsql.connect(path, "admin") as admin:
+        admin.apply_policy(zcdp)
+    with dpsql.connect(path, "alice") as alice:
+        standing = alice.ledger.budget("alice", "adult")
+        assert standing.spent == PrivacyCost.zcdp("0.5")  # epsilon 1 -> rho 1/2
+        assert standing.remaining.is_zero
+        with pytest.raises(BudgetExceeded):
+            alice.ledger.charge("alice", "adult", PrivacyCost.zcdp("0.01"), "more")
+
+
+def test_policy_cannot_forget_spending(make_store, tmp_path):
+    path = make_store(policy_text("zcdp", budget="{rho: 0.5}", user_budget="{rho: 0.5}"))
+    with dpsql.connect(path, "alice") as alice:
+        alice.ledger.charge("alice", "adult", PrivacyCost.zcdp("0.1"), "q")
+    renamed = tmp_path / "renamed.yaml"
+    renamed.write_text(policy_text("zcdp", budget="{rho: 0.5}", user_budget="{rho: 0.5}")
+                       .replace("  adult:\n    table: adult", "  census:\n    table: adult")
+                       .replace("{adult:", "{census:"))
+    pure = tmp_path / "pure.yaml"
+    pure.write_text(policy_text())
+    with dpsql.connect(path, "admin") as admin:
+        with pytest.raises(PolicyError, match="cannot drop or rename"):
+            admin.apply_policy(renamed)
+        with pytest.raises(PolicyError, match="pure accounting cannot count"):
+            admin.apply_policy(pure)
+        assert admin.store.policy_version() == 1
