@@ -277,6 +277,8 @@ def _codes(key: GroupKey, col: Column, column: pa.ChunkedArray) -> np.ndarray:
     """Codes 0..size-1 of a key column of the sparse result; -1 outside the public domain."""
     size = len(key.values)
     if col.type == "categorical":
+        if pa.types.is_dictionary(column.type):  # an ENUM column arrives dictionary-encoded
+            column = column.cast(column.type.value_type)
         values = [v for v in key.values if v is not None]
         value_set = pa.array(values).cast(column.type) if values else pa.array([], column.type)
         found = pc.index_in(column, value_set=value_set)

@@ -27,7 +27,8 @@ _DENIED = re.compile(
     r"test_\w*|current_database|current_schema|current_schemas|current_catalog|"
     r"getvariable|set_variable|file\w*|http\w*|s3\w*|to_parquet|copy\w*|export\w*|"
     r"repeat_row|range|generate_series|unnest_table|json_execute_serialized_sql|"
-    r"txid_current|pg_\w*|has_\w*_privilege|col_description|obj_description)$",
+    r"txid_current|pg_\w*|has_\w*_privilege|col_description|obj_description|"
+    r"nextval|currval|setval|lastval|setseed)$",
     re.IGNORECASE)
 _WRITES = (exp.DML, exp.DDL, exp.Command, exp.Into, exp.Set, exp.Pragma, exp.Use,
            exp.Copy, exp.Describe, exp.Summarize)

@@ -71,6 +71,9 @@ def test_show_released(released: Session) -> None:
     ("SELECT * FROM released.adult_syn, query('SELECT * FROM adult')", "query"),
     ("SELECT getenv('HOME') FROM released.adult_syn", "getenv"),
     ("SELECT current_setting('threads') FROM released.adult_syn", "current_setting"),
+    # The ledger's event counter: reading or advancing it would expose other users' activity.
+    ("SELECT nextval('dpsql.event_ids') FROM released.adult_syn LIMIT 1", "nextval"),
+    ("SELECT currval('dpsql.event_ids')", "currval"),
     ("SELECT * FROM released.missing", "no released table 'missing'"),
     ("SELECT * FROM released.adult_sin", "did you mean 'adult_syn'"),
     ("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 1) count(*) FROM released.codes",

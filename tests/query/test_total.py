@@ -88,3 +88,32 @@ def test_extreme_values_never_raise(stores, column, template):
         with dpsql.connect(path, "admin") as session:
             answer = session.sql(query)
             assert answer.kind == "dp"
+
+
+def test_enum_keys_group_like_text(tmp_path):
+    """An ENUM column arrives dictionary-encoded; grouping by it must answer, not fail."""
+    policy = tmp_path / "p.yaml"
+    policy.write_text(f"""version: 1
+accounting: pure
+datasets:
+  t:
+    table: t
+    budget: {INFINITE}
+    query_cap: {INFINITE}
+    default_query: {INFINITE}
+    columns:
+      mood: {{type: categorical, values: [sad, ok, happy]}}
+users:
+  admin: {{role: admin, budgets: {{t: {INFINITE}}}}}
+""")
+    path = tmp_path / "enum.duckdb"
+    with Store.open(path, create=True) as store, store.transaction() as cur:
+        cur.execute("CREATE TYPE mood_t AS ENUM ('sad', 'ok', 'happy')")
+        cur.execute("CREATE TABLE main.t (mood mood_t)")
+        cur.execute("INSERT INTO main.t VALUES ('ok'), ('ok'), ('happy')")
+    with Store.open(path) as store:
+        store.apply_policy(dpsql.policy.Policy.load(policy), "admin")
+    with dpsql.connect(path, "admin") as session:
+        rows = session.sql("SELECT mood, COUNT(*) FROM t GROUP BY mood ORDER BY mood").table
+    assert dict(zip(rows.column("mood").to_pylist(), rows.column(1).to_pylist(),
+                    strict=True)) == {"sad": 0, "ok": 2, "happy": 1}
