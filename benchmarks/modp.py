@@ -111,16 +111,18 @@ def modp_run(relation: Any, domain: Domain, budget: PrivacyCost, n: int, seed: i
     fitted = synth.fit(relation, domain, budget, np.random.default_rng(seed))
     seconds = time.perf_counter() - start
     codes = table_codes(fitted.sample(n, np.random.default_rng(seed + 1)), domain.names)
-    return codes, fitted.describe(), seconds
+    described = fitted.describe()
+    described["timings"] = getattr(fitted, "timings", {})
+    return codes, described, seconds
 
 
 def privacy_note(described: dict[str, Any]) -> str:
     params = described["parameters"]
     if params["mode"] == "dp":
-        rec = params["dpsgd"]
+        rec, timing = params["dpsgd"], described["timings"]
         return (f"rho={float(params['spent']['rho']):.4g} z={rec['noise_multiplier']:.3g} "
-                f"steps={rec['steps']}, noise {rec['seconds']['noise']:.1f}s of "
-                f"{rec['seconds']['noise'] + rec['seconds']['gradients']:.0f}s")
+                f"steps={rec['steps']}, noise {timing['noise']:.1f}s of "
+                f"{timing['noise'] + timing['gradients']:.0f}s")
     diag = described["diagnostics"]
     ranks = diag["hamming_rank"]
     return (f"entropy med {diag['entropy_bits']['quantiles']['0.5']:.1f} bits, "

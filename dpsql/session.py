@@ -117,6 +117,8 @@ class Session:
         self.require_admin("read raw tables")
         ds = self.policy.dataset(dataset)
         check_identifier(ds.table, "table")
+        self.ledger.record(self.user, dataset, f"read raw table {ds.table}", "read",
+                           "not DP: an administrator read the raw rows", action="read_raw")
         return self.store.cursor().sql(f'SELECT * FROM main."{ds.table}"').to_arrow_table()
 
     # -- analyst surface ----------------------------------------------------------------

@@ -225,6 +225,9 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
         raise ReleaseError(f"release {name!r} has copies 1 to {copies}; got --copy {chosen}")
     table = f"released.{quote(check_identifier(name, 'release name'))}"
     where = f" WHERE {COPY_COLUMN} = {int(chosen)}" if has_copy_column and chosen else ""
+    # Audited before the real rows are read, so even a crash leaves a trace.
+    session.ledger.record(session.user, dataset.name, f"evaluate {name}", "evaluated",
+                          "not DP: fidelity computed from the real data", action="evaluate")
     cursor = store.cursor()
     names = list(domain.names)
     synthetic = fetch_codes(cursor, domain.encode_decoded_sql(f"(SELECT * FROM {table}{where})"),
@@ -235,6 +238,4 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
     result = Evaluation(name, record, domain, chosen, compare(true_tables, synthetic_tables),
                         bootstrap_ideal(true, sizes, np.random.default_rng(seed)), true_tables,
                         synthetic_tables)
-    session.ledger.record(session.user, dataset.name, f"evaluate {name}", "evaluated",
-                          "not DP: fidelity computed from the real data", action="evaluate")
     return result

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.errors import DPSQLError, InternalError, QueryRejected
+from dpsql.errors import ConfigurationError, DPSQLError, InternalError, QueryRejected
 from dpsql.ledger import Ledger
 from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost
@@ -139,7 +139,7 @@ def run_statement(session: Session, text: str) -> Answer:
                              advice="EXPLAIN PRIVACY SELECT COUNT(*) FROM <dataset> ...")
             return _explain(call, inner.ast, statement.text, text)
         return _query(call, statement.ast, text)
-    except QueryRejected as err:
+    except (QueryRejected, ConfigurationError) as err:  # refused before any charge
         call.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
         raise
 

@@ -30,7 +30,7 @@ from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import GaussianMechanism, LaplaceMechanism, Number, PrivacyCost, to_fraction
 from dpsql.progress import Progress, silent
 from dpsql.synth.base import register
-from dpsql.synth.measure import Measurement, measure_marginals
+from dpsql.synth.measure import MAX_CELLS, Measurement, measure_marginals
 
 POSTPROCESS = ("clip", "project")
 
@@ -328,9 +328,11 @@ class Joint(_HistogramOptions):
         cells = domain.size()
         advice = ("release fewer columns (--columns), coarser bins in the policy, a larger "
                   "budget, or use the independent synthesizer")
-        if cells > self.max_cells:
+        limit = min(self.max_cells, MAX_CELLS)
+        if cells > limit:
             raise ReleaseError(f"the joint table over {', '.join(domain.names)} has {cells:,} "
-                               f"cells, more than max_cells={self.max_cells:,}; {advice}")
+                               f"cells, more than {limit:,} (max_cells, and at most "
+                               f"{MAX_CELLS:,} can be measured); {advice}")
         reference = domain.public_rows or self.expected_rows
         if reference is None or budget.infinite:
             return

@@ -42,7 +42,6 @@ from dpsql import noise
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress
 from dpsql.synth.modp import accounting
-from dpsql.synth.modp import device as devices
 from dpsql.synth.modp.losses import per_example_mse
 from dpsql.synth.modp.model import Forward, MultiBladeModel
 
@@ -104,8 +103,9 @@ def clipped_gradient_sum(model: MultiBladeModel, index: torch.Tensor, clip: floa
     norms = []
     for rows in index.split(CHUNK):
         target = model.blocks.one_hot(rows)
-        with devices.autocast(rows.device):
-            fwd = model.run(rows)
+        # Full precision: a reduced-precision backward pass could push a clipped row's
+        # gradient past ``clip``, and the sensitivity assumes it never does.
+        fwd = model.run(rows)
         losses = per_example_mse(fwd.output.float(), target)
         inter = [t for t in (fwd.logits, fwd.hidden, fwd.scores) if t is not None]
         signals = torch.autograd.grad(losses.sum(), inter, retain_graph=True)

@@ -90,6 +90,7 @@ class FittedModp:
     seeds: DPSeeds | None = None  # dp only
     dpsgd: dict[str, Any] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # for benchmarks, never released
 
     @property
     def device(self) -> torch.device:

@@ -227,11 +227,14 @@ class Modp:
         del index
         model.eval()
         spent = seeds.spent + record.pop("cost")
+        # Wall times grow with the number of rows: keep them out of the provenance.
+        timings = record.pop("seconds")
         if not budget.infinite and spent > budget:
             raise ConfigurationError("internal error: MODP spent more than its budget; this "
                                      "is a bug in dpsql")
         return FittedModp(options=self, blocks=blocks, model=model, generator=gen,
-                          spent=spent, rows=seeds.rows, seeds=seeds, dpsgd=record)
+                          spent=spent, rows=seeds.rows, seeds=seeds, dpsgd=record,
+                          timings=timings)
 
     def options(self) -> dict[str, Any]:
         """The options as a JSON-able dict."""
