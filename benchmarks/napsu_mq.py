@@ -21,6 +21,7 @@ ESS, coverage of the real-data coefficients of income ~ age + race + sex, and th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import resource
@@ -28,7 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -43,6 +46,8 @@ from dpsql.privacy import rho_from_epsilon_delta
 from dpsql.source import bounded_relation
 from dpsql.synth import get
 from dpsql.synth.measure import measure_marginals
+from dpsql.synth.napsu_mq import posterior as post
+from dpsql.synth.napsu_mq.synthesizer import DiagnosticsWarning, FittedNapsuMQ
 
 ROOT = Path(__file__).resolve().parents[1]
 ADULT_CSV = ROOT.parent.parent / "shared" / "data" / "adult" / "adult.csv"
@@ -186,17 +191,40 @@ def with_age_midpoint(frame: pd.DataFrame, domain: Domain) -> pd.DataFrame:
     return frame.assign(age_mid=mids[frame["age"].to_numpy()])
 
 
-def workload_error(real: pd.DataFrame, synthetic: pd.DataFrame, domain: Domain) -> float:
-    errors = []
+def pair_tables(frame: pd.DataFrame, domain: Domain) -> dict[tuple[str, str], np.ndarray]:
+    """Every normalised 2-way marginal of ``frame`` (codes)."""
+    out = {}
     for a, b in itertools.combinations(domain.names, 2):
-        shape = (domain[a].size, domain[b].size)
-        tables = []
-        for frame in (real, synthetic):
-            t = np.zeros(shape)
-            np.add.at(t, (frame[a].to_numpy(), frame[b].to_numpy()), 1)
-            tables.append(t / t.sum())
-        errors.append(0.5 * np.abs(tables[0] - tables[1]).sum())
-    return float(np.mean(errors))
+        t = np.zeros((domain[a].size, domain[b].size))
+        np.add.at(t, (frame[a].to_numpy(), frame[b].to_numpy()), 1)
+        out[(a, b)] = t / t.sum()
+    return out
+
+
+def workload_error(real: dict, synthetic: dict) -> float:
+    """Mean half-L1 distance over all 2-way marginals (private-pgm's workload error)."""
+    return float(np.mean([0.5 * np.abs(real[k] - synthetic[k]).sum() for k in real]))
+
+
+def copy_at(fitted: FittedNapsuMQ, phi: np.ndarray, rng: np.random.Generator) -> pd.DataFrame:
+    """One copy of ``fitted.rows`` records drawn from P_theta at the fixed ``phi``."""
+    fixed = dataclasses.replace(fitted, posterior=post.Samples(phi[None, :]))
+    return fixed.sample(fitted.rows, rng).to_pandas()
+
+
+ADULT_CLIQUES = {
+    "issue": ADULT_REQUIRED,
+    "issue+income": ADULT_REQUIRED + ",income_50k+age,income_50k+race,income_50k+sex",
+    "mst": "",
+}
+
+
+def adult_synth(args: argparse.Namespace, cliques: str, **extra: str) -> Any:
+    options = {"cliques": cliques, "inference": args.adult_inference,
+               "chains": str(args.chains), "warmup": str(args.warmup),
+               "samples": str(args.samples), "prior_sd": str(args.prior_sd),
+               "select_share": str(args.select_share), **extra}
+    return get("napsu_mq", **{k: v for k, v in options.items() if v != ""})
 
 
 def adult(args: argparse.Namespace) -> None:
@@ -204,65 +232,114 @@ def adult(args: argparse.Namespace) -> None:
         store, domain, relation = adult_store(Path(tmp))
         real = encoded(relation, domain)
         n = len(real)
+        truth = pair_tables(real, domain)
         rho = rho_from_epsilon_delta(1, 1 / n**2)
+        cliques = ADULT_CLIQUES[args.adult_cliques]
+        sampler = (f"NUTS {args.chains} chains x ({args.warmup} warmup + {args.samples} samples)"
+                   if args.adult_inference == "nuts" else "Laplace")
         print(f"\n== adult: n={n}, 10 columns, eps=1, delta=n^-2 (rho={float(rho.value):.5f}), "
-              f"NUTS {args.chains} chains x ({args.warmup} warmup + {args.samples} samples), "
-              f"m={args.adult_copies} copies, prior sd {args.prior_sd:g}")
+              f"cliques {args.adult_cliques!r} + MST (select_share {args.select_share:g}), "
+              f"{sampler}, prior sd {args.prior_sd:g}, m={args.adult_copies} copies")
+        print(f"  required cliques: {cliques or '(none: MST selects every pair)'}")
+        boot = np.random.default_rng(0).integers(0, n, n)
+        print(f"  sampling floor (a bootstrap resample of the real data): workload error "
+              f"{workload_error(truth, pair_tables(real.iloc[boot], domain)):.4f}")
+        # The clique set's own error: the model fitted to (practically) noise-free marginals.
+        exact = adult_synth(args, cliques, inference="laplace").fit(
+            relation, domain, rho_from_epsilon_delta(1e4, 1 / n**2), np.random.default_rng(1))
+        exact_mean = exact.posterior.summary()[0]
+        floor = workload_error(truth, pair_tables(copy_at(exact, exact_mean,
+                                                          np.random.default_rng(2)), domain))
+        print(f"  clique-set floor (eps=1e4, one copy at the mode): workload error {floor:.4f}")
         reference = rubin.copies(with_age_midpoint(real, domain).assign(_copy=0))
         real_fit = smf.logit(ADULT_FORMULA, reference[0]).fit(disp=0)
         rows = []
+        hits: dict[str, list[bool]] = {}
         for r in range(args.adult_repeats):
             rng = np.random.default_rng(100 + r)
-            synth = get("napsu_mq", cliques=ADULT_REQUIRED, inference="nuts",
-                        chains=str(args.chains), warmup=str(args.warmup),
-                        samples=str(args.samples), prior_sd=str(args.prior_sd))
             t0 = time.perf_counter()
-            fitted = synth.fit(relation, domain, rho, rng)
+            with warnings.catch_warnings(record=True):
+                warnings.simplefilter("always", DiagnosticsWarning)
+                fitted = adult_synth(args, cliques).fit(relation, domain, rho, rng)
             wall = time.perf_counter() - t0
             info = fitted.describe()
             diag = info["diagnostics"]
-            frames = [with_age_midpoint(fitted.sample(fitted.rows, rng).to_pandas(), domain)
-                      .assign(_copy=i) for i in range(args.adult_copies)]
+            chain = diag.get("nuts") or {}
+            copies = [fitted.sample(fitted.rows, rng).to_pandas()
+                      for _ in range(args.adult_copies)]
+            frames = [with_age_midpoint(c, domain).assign(_copy=i) for i, c in enumerate(copies)]
             table = rubin.fit_formula(pd.concat(frames), ADULT_FORMULA, "logit",
                                       max_std_error=args.max_std_error)
             common = [c for c in table.index if c in real_fit.params.index]
             inside = covers(table.loc[common, "ci_low"].to_numpy(),
                             table.loc[common, "ci_high"].to_numpy(),
                             real_fit.params[common].to_numpy())
-            error = workload_error(real, frames[0], domain)
+            for name, hit in zip(common, inside, strict=True):
+                hits.setdefault(name, []).append(bool(hit))
+            per_copy = [pair_tables(c, domain) for c in copies]
+            pooled = {k: np.mean([t[k] for t in per_copy], axis=0) for k in truth}
+            mode_copy = copy_at(fitted, fitted.posterior.summary()[0], rng)
             rows.append({"repeat": r, "parameters": info["model"]["parameters"],
                          "cliques": info["model"]["cliques"],
                          "laplace_s": diag["laplace"]["seconds"],
                          "laplace_iterations": diag["laplace"]["iterations"],
-                         "nuts_s": diag["nuts"]["seconds"],
-                         "nuts_compile_s": diag["nuts"]["compile_and_first_chunk_seconds"],
-                         "rhat": diag["nuts"]["max_rhat"], "ess": diag["nuts"]["min_ess"],
-                         "divergences": diag["nuts"]["divergences"],
-                         "leapfrog_per_iter": diag["nuts"]["leapfrog_steps"]["mean_per_iteration"],
+                         "nuts_s": chain.get("seconds", 0.0), "chain": chain,
                          "fit_s": wall, "coverage": float(inside.mean()),
-                         "coefficients": len(common), "workload_error": error,
+                         "coefficients": len(common),
+                         "error_mean": workload_error(truth, pair_tables(mode_copy, domain)),
+                         "error_copy": workload_error(truth, per_copy[0]),
+                         "error_copies": float(np.mean([workload_error(truth, t)
+                                                        for t in per_copy])),
+                         "error_pooled": workload_error(truth, pooled),
                          "warnings": diag["warnings"]})
             row = rows[-1]
+            sampler_text = ""
+            if chain:
+                steps = chain["leapfrog_steps"]
+                sampler_text = (
+                    f" nuts={row['nuts_s']:.1f}s (compile+first chunk "
+                    f"{chain['compile_and_first_chunk_seconds']:.1f}s, "
+                    f"{steps['mean_per_iteration']:.1f} leapfrog/it, "
+                    f"{chain['ms_per_leapfrog_step']:.2f} ms/leapfrog/chain on "
+                    f"{chain['workers']} threads, step sizes "
+                    f"{' '.join(f'{s:.3f}' for s in chain['step_size'])}) "
+                    f"max R-hat={chain['max_rhat']:.4f} min ESS={chain['min_ess']:.0f} "
+                    f"divergences={chain['divergences']}")
             print(f"repeat {r}: parameters={row['parameters']} laplace={row['laplace_s']:.1f}s "
-                  f"({row['laplace_iterations']} it) nuts={row['nuts_s']:.1f}s "
-                  f"(compile+first chunk {row['nuts_compile_s']:.1f}s, "
-                  f"{row['leapfrog_per_iter']:.1f} leapfrog/it) max R-hat={row['rhat']:.4f} "
-                  f"min ESS={row['ess']:.0f} divergences={row['divergences']} "
-                  f"coverage={row['coverage']:.2f} of {row['coefficients']} coefficients "
-                  f"workload error={row['workload_error']:.4f}")
+                  f"({row['laplace_iterations']} it){sampler_text} "
+                  f"covered {int(inside.sum())} of {row['coefficients']} coefficients")
+            print(f"  workload error: copy at the posterior mean {row['error_mean']:.4f}, "
+                  f"copy 0 {row['error_copy']:.4f}, mean over copies {row['error_copies']:.4f}, "
+                  f"pooled copies {row['error_pooled']:.4f}")
             print(f"  cliques: {row['cliques']}")
+            for message in row["warnings"]:
+                print(f"  warning: {message}")
             sys.stdout.flush()
-        lap = np.median([r["laplace_s"] for r in rows])
-        nut = np.median([r["nuts_s"] for r in rows])
-        print(f"adult summary over {len(rows)} repeat(s): Laplace median {lap:.1f} s "
-              f"(target <= 60 s), NUTS median {nut / 60:.1f} min (target <= 20 min), "
-              f"max R-hat {max(r['rhat'] for r in rows):.4f} (target <= 1.01), "
-              f"coverage {np.mean([r['coverage'] for r in rows]):.2f}, "
-              f"workload error {np.mean([r['workload_error'] for r in rows]):.4f} "
-              f"(issue's reference: MST 0.023, AIM 0.007), peak RSS {peak_mb():.0f} MB")
+        print(f"coverage of the real-data coefficients over {len(rows)} repeat(s), "
+              f"95% intervals (target 0.95):")
+        for name, values in hits.items():
+            print(f"  {name:<22} {np.mean(values):.2f} ({sum(values)}/{len(values)})")
+        print(f"  {'all':<22} {np.mean([v for vs in hits.values() for v in vs]):.2f}")
+
+        def med(key: str) -> float:
+            return float(np.median([r[key] for r in rows]))
+
+        summary = (f"adult summary over {len(rows)} repeat(s): Laplace median "
+                   f"{med('laplace_s'):.1f} s (target <= 60 s)")
+        if args.adult_inference == "nuts":
+            summary += (f", NUTS median {med('nuts_s') / 60:.1f} min (target <= 20 min), max "
+                        f"R-hat {max(r['chain']['max_rhat'] for r in rows):.4f} "
+                        "(target <= 1.01)")
+        print(summary)
+        print(f"workload error (medians; issue's reference: MST 0.023, AIM 0.007): copy at the "
+              f"posterior mean {med('error_mean'):.4f}, one copy {med('error_copy'):.4f}, mean "
+              f"over copies {med('error_copies'):.4f}, pooled copies {med('error_pooled'):.4f}; "
+              f"clique-set floor {floor:.4f}, sampling floor (bootstrap) "
+              f"{workload_error(truth, pair_tables(real.iloc[boot], domain)):.4f}; "
+              f"peak RSS {peak_mb():.0f} MB")
         store.close()
         if args.twinify:
-            twinify(args, nut + lap)
+            twinify(args, med("nuts_s") + med("laplace_s"))
 
 
 def twinify(args: argparse.Namespace, ours: float) -> None:
@@ -304,6 +381,11 @@ def main() -> None:
     parser.add_argument("--max-std-error", type=float, default=5.0)
     parser.add_argument("--prior-sd", type=float, default=10.0,
                         help="prior sd of theta for the Adult run (the paper: 10)")
+    parser.add_argument("--adult-inference", choices=["nuts", "laplace"], default="nuts")
+    parser.add_argument("--adult-cliques", choices=list(ADULT_CLIQUES), default="issue",
+                        help="required cliques: the issue's, the issue's plus income x "
+                             "{age, race, sex}, or none (MST selects all)")
+    parser.add_argument("--select-share", type=float, default=0.2)
     parser.add_argument("--twinify", action="store_true")
     parser.add_argument("--twinify-limit", type=int, default=1500)
     args = parser.parse_args()

@@ -3,15 +3,24 @@
 ``phi = mean + L u`` with ``L L^T`` the Laplace covariance, so NUTS samples
 ``u``, a near-standard-normal target. The kernels come from NumPyro's
 functional ``hmc(potential_fn_gen=...)``: data enter as traced arguments, so
-the jitted chunk below compiles once per model structure and warmup length and
-is reused by every chain (vmapped: one compiled step advances all chains) and
-every later fit of the same structure. The Python loop runs the chain in chunks
-so progress is reported while it runs.
+the jitted chunk below compiles once per model structure and is reused by
+every chain, every chunk and every later fit of the same structure.
+
+Chains run independently, on up to ``workers`` threads (a compiled call
+releases the GIL, so two chains use two cores). They are not vectorized: NUTS
+trees differ in size from chain to chain, and a vectorized (vmapped) step
+runs every chain until the longest tree ends, so it costs the maximum tree
+size times the number of chains, where independent chains cost the sum (and
+on CPU a vmapped leapfrog step is no cheaper per chain). Each chain runs in
+chunks of ``CHUNK`` iterations so that progress is reported while it runs.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -29,7 +38,7 @@ from dpsql.synth.napsu_mq.evidence import Reduced
 from dpsql.synth.napsu_mq.laplace import Laplace, evidence_arrays
 from dpsql.synth.napsu_mq.structure import Structure
 
-CHUNK = 50  # iterations per compiled call (progress granularity)
+CHUNK = 25  # iterations per compiled call (progress granularity)
 # Chains start at the Laplace mode plus N(0, INIT_SPREAD^2) in whitened units: a full
 # N(0, I) start puts prior-dominated logits of near-empty cells far beyond the
 # likelihood's wall, where gradients are huge and early warmup crawls.
@@ -53,84 +62,100 @@ def _potential_gen(structure: Structure) -> Any:
 
 
 @lru_cache(maxsize=16)
-def _kernels(structure: Structure, warmup: int, max_tree_depth: int,
-             target_accept: float) -> tuple[Any, Any, Any]:
-    """(init, jitted chunk runner, jitted potential value-and-grad) for one configuration."""
+def _kernels(structure: Structure) -> tuple[Any, Any, Any]:
+    """(init kernel, jitted chunk runner, jitted potential value-and-grad) for ``structure``."""
     make = _potential_gen(structure)
     init_kernel, sample_kernel = hmc(potential_fn_gen=make, algo="NUTS")
-    settings = {"max_tree_depth": max_tree_depth, "target_accept_prob": target_accept}
 
-    def run(states: Any, evidence: model.Evidence, mean: jax.Array, chol: jax.Array) -> Any:
+    def run(state: Any, evidence: model.Evidence, mean: jax.Array, chol: jax.Array) -> Any:
         def step(state: Any, _: Any) -> tuple[Any, Any]:
             state = sample_kernel(state, model_args=(evidence, mean, chol))
-            return state, (state.z, state.num_steps, state.diverging, state.accept_prob,
-                           state.potential_energy)
+            return state, (state.z, state.num_steps, state.diverging, state.accept_prob)
 
-        return jax.vmap(lambda s: jax.lax.scan(step, s, None, length=CHUNK))(states)
+        return jax.lax.scan(step, state, None, length=CHUNK)
 
     value_grad = jax.jit(lambda u, evidence, mean, chol: jax.value_and_grad(
         make(evidence, mean, chol))(u))
-    return (init_kernel, settings), jax.jit(run), value_grad
+    return init_kernel, jax.jit(run), value_grad
 
 
 def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: float, *,
            chains: int, warmup: int, samples: int, max_tree_depth: int, target_accept: float,
-           rng: np.random.Generator, progress: Progress) -> Draws:
-    """Run ``chains`` NUTS chains (call inside ``jax.enable_x64``)."""
+           rng: np.random.Generator, progress: Progress, workers: int = 0,
+           dense_mass: bool = False) -> Draws:
+    """Run ``chains`` NUTS chains on ``workers`` threads (0: one per core), float64."""
     started = time.perf_counter()
-    evidence = evidence_arrays(reduced, prior_sd)
-    mean = jnp.asarray(laplace.mean)
-    chol = jnp.asarray(_cholesky(laplace.cov))
-    (init_kernel, settings), run, value_grad = _kernels(structure, warmup, max_tree_depth,
-                                                         target_accept)
+    workers = min(chains, workers or os.cpu_count() or 1)
+    with jax.enable_x64(True):
+        evidence = evidence_arrays(reduced, prior_sd)
+        mean = jnp.asarray(laplace.mean)
+        chol = jnp.asarray(_cholesky(laplace.cov))
+    init_kernel, run, value_grad = _kernels(structure)
     dim = laplace.mean.size
-    states = []
-    for _ in range(chains):
-        u0 = jnp.asarray(rng.normal(0.0, INIT_SPREAD, dim))
-        pe, grad = value_grad(u0, evidence, mean, chol)
-        key = jax.random.key(int(rng.integers(2**31)))
-        states.append(init_kernel(ParamInfo(u0, pe, grad), warmup, rng_key=key,
-                                  model_args=(evidence, mean, chol), **settings))
-    state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+    starts = [rng.normal(0.0, INIT_SPREAD, dim) for _ in range(chains)]
+    keys = [int(rng.integers(2**31)) for _ in range(chains)]
     total = warmup + samples
     chunks = -(-total // CHUNK)
-    zs, steps, divergent, accept = [], [], [], []
-    timing = {"compile_and_first_chunk": 0.0}
-    for k in range(chunks):
-        t0 = time.perf_counter()
-        state, (z, n_steps, div, acc, _) = run(state, evidence, mean, chol)
-        z = np.asarray(z)
-        if k == 0:
-            timing["compile_and_first_chunk"] = time.perf_counter() - t0
-        zs.append(z)
-        steps.append(np.asarray(n_steps))
-        divergent.append(np.asarray(div))
-        accept.append(np.asarray(acc))
-        done = min((k + 1) * CHUNK, total)
-        if done <= warmup:
-            progress("nuts warmup", done, warmup)
-        else:
-            progress("nuts sampling", done - warmup, samples)
-    u = np.concatenate(zs, axis=1)[:, warmup:total]
-    n_steps = np.concatenate(steps, axis=1)[:, :total]
-    div = np.concatenate(divergent, axis=1)[:, warmup:total]
-    acc = np.concatenate(accept, axis=1)[:, warmup:total]
+    lock = threading.Lock()
+    done = [0]
+
+    def chain(i: int) -> dict[str, Any]:
+        # enable_x64 is thread-local: every worker thread enters it itself.
+        with jax.enable_x64(True):
+            u0 = jnp.asarray(starts[i])
+            pe, grad = value_grad(u0, evidence, mean, chol)
+            state = init_kernel(ParamInfo(u0, pe, grad), warmup,
+                                rng_key=jax.random.key(keys[i]),
+                                model_args=(evidence, mean, chol),
+                                max_tree_depth=max_tree_depth,
+                                target_accept_prob=target_accept, dense_mass=dense_mass)
+            parts: list[tuple[np.ndarray, ...]] = []
+            seconds: list[float] = []
+            for k in range(chunks):
+                t0 = time.perf_counter()
+                state, out = run(state, evidence, mean, chol)
+                parts.append(tuple(np.asarray(x) for x in out))
+                seconds.append(time.perf_counter() - t0)
+                with lock:
+                    done[0] += min(CHUNK, total - k * CHUNK)
+                    stage = done[0] / chains
+                    if stage <= warmup:
+                        progress("nuts warmup", stage, warmup)
+                    else:
+                        progress("nuts sampling", stage - warmup, samples)
+            z, steps, div, acc = (np.concatenate(x)[:total] for x in zip(*parts, strict=True))
+            return {"u": z[warmup:], "steps": steps, "divergent": div[warmup:],
+                    "accept": acc[warmup:], "step_size": float(state.adapt_state.step_size),
+                    "first_chunk": seconds[0],
+                    # After the first chunk (which includes compilation):
+                    "steady_seconds": sum(seconds[1:]), "steady_steps": int(steps[CHUNK:].sum())}
+
+    with ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(chain, range(chains)))
+    u = np.stack([r["u"] for r in results])
+    n_steps = np.stack([r["steps"] for r in results])
     phi = laplace.mean + u @ np.asarray(chol).T
     rhat = np.asarray(split_gelman_rubin(phi)) if chains > 1 else np.full(dim, np.nan)
     ess = np.asarray(effective_sample_size(phi))
     seconds = time.perf_counter() - started
     diagnostics = {
-        "chains": chains, "warmup": warmup, "samples": samples,
+        "chains": chains, "warmup": warmup, "samples": samples, "workers": workers,
+        "max_tree_depth": max_tree_depth, "target_accept": target_accept,
         "max_rhat": float(np.nanmax(rhat)) if chains > 1 else None,
         "min_ess": float(np.min(ess)),
-        "divergences": int(div.sum()),
-        "mean_accept_prob": float(acc.mean()),
-        "step_size": [float(s) for s in np.asarray(state.adapt_state.step_size)],
+        "divergences": int(sum(r["divergent"].sum() for r in results)),
+        "mean_accept_prob": float(np.mean([r["accept"].mean() for r in results])),
+        "step_size": [r["step_size"] for r in results],
         "leapfrog_steps": {"warmup": int(n_steps[:, :warmup].sum()),
                            "sampling": int(n_steps[:, warmup:].sum()),
-                           "mean_per_iteration": float(n_steps[:, warmup:].mean())},
+                           "mean_per_iteration": float(n_steps[:, warmup:].mean()),
+                           "max_per_iteration": int(n_steps.max())},
+        # Wall time per leapfrog step of one chain, compilation excluded; with several
+        # workers the chains share the cores, so this is not the per-core cost.
+        "ms_per_leapfrog_step": round(1e3 * sum(r["steady_seconds"] for r in results)
+                                      / max(1, sum(r["steady_steps"] for r in results)), 3),
         "seconds": round(seconds, 3),
-        "compile_and_first_chunk_seconds": round(timing["compile_and_first_chunk"], 3),
+        "compile_and_first_chunk_seconds": round(max(r["first_chunk"] for r in results), 3),
     }
     return Draws(phi, diagnostics)
 

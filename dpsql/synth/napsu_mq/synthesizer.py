@@ -59,6 +59,7 @@ class NapsuMQ:
     spanning tree of pairs chosen by MST with ``select_share`` of the budget,
     ``select=none`` measures only ``cliques`` (plus 1-way marginals of columns
     they miss). ``inference`` is ``nuts`` (exact MCMC, slower) or ``laplace``.
+    NUTS chains run independently on ``workers`` threads (0: one per core).
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
@@ -70,6 +71,7 @@ class NapsuMQ:
     samples: int = 2000
     max_tree_depth: int = 12
     target_accept: float = 0.8
+    workers: int = 0
     laplace_iterations: int = 6000
     restarts: int = 5
     prior_sd: float = 10.0
@@ -87,6 +89,7 @@ class NapsuMQ:
             (self.chains >= 1, "chains must be at least 1"),
             (self.warmup >= 1 and self.samples >= 1, "warmup and samples must be positive"),
             (1 <= self.max_tree_depth <= 15, "max_tree_depth must be in 1..15"),
+            (self.workers >= 0, "workers must be 0 (one per core) or positive"),
             (0 < self.target_accept < 1, "target_accept must be between 0 and 1"),
             (self.prior_sd > 0, "prior_sd must be positive"),
             (self.keep_draws >= 1, "keep_draws must be positive"),
@@ -167,7 +170,7 @@ class NapsuMQ:
                                     chains=self.chains, warmup=self.warmup,
                                     samples=self.samples, max_tree_depth=self.max_tree_depth,
                                     target_accept=self.target_accept, rng=rng,
-                                    progress=progress)
+                                    progress=progress, workers=self.workers)
                 diagnostics["nuts"] = draws.diagnostics
                 timings["nuts"] = draws.diagnostics["seconds"]
                 posterior = post.Samples(post.thin(draws.phi, self.keep_draws))
