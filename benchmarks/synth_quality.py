@@ -16,6 +16,7 @@ synthesizers appear here by registering.
 
     python benchmarks/synth_quality.py                  # everything (slow synthesizers too)
     python benchmarks/synth_quality.py --synth independent,joint --seeds 2
+    python benchmarks/synth_quality.py --synth napsu_mq --option napsu_mq.inference=laplace
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ def build_store(directory: Path, dataset: str, names: list[str]) -> Path:
 
 
 def run_one(name: str, source: Any, domain: Domain, epsilon: float, seed: int,
-            true_codes: np.ndarray) -> dict[str, Any]:
+            true_codes: np.ndarray, options: dict[str, str]) -> dict[str, Any]:
     """Fit, sample and score one synthesizer once."""
-    synthesizer = synth.get(name)
+    synthesizer = synth.get(name, **options)
     if getattr(synthesizer, "output", "rows") != "rows":
         return {"skip": "counts, not rows: benchmarks/range_queries.py"}
     cost = budget_cost("zcdp", epsilon=epsilon, delta=DELTA)
@@ -133,9 +134,18 @@ def main() -> None:
     parser.add_argument("--epsilons", default="0.3,1,3")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--synth", default=None, help="comma-separated (default: all)")
+    parser.add_argument("--option", action="append", default=[], metavar="SYNTH.KEY=VALUE",
+                        help="a synthesizer option, e.g. napsu_mq.inference=laplace (repeatable)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     names = args.synth.split(",") if args.synth else synth.available()
+    options: dict[str, dict[str, str]] = {}
+    for item in args.option:
+        target, _, setting = item.partition(".")
+        key, equals, value = setting.partition("=")
+        if not equals or target not in names:
+            parser.error(f"--option {item!r}: expected SYNTH.KEY=VALUE for one of {names}")
+        options.setdefault(target, {})[key] = value
     epsilons = [float(e) for e in args.epsilons.split(",")]
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="dpsql-bench-") as tmp:
@@ -154,12 +164,15 @@ def main() -> None:
                                  [{"workload": i["workload_error"], "median_d": i["median_d"]}
                                   for i in ideal]))
                 for name in names:
-                    dp = bool(getattr(synth.get(name), "is_dp", True))
+                    dp = bool(getattr(synth.get(name, **options.get(name, {})), "is_dp", True))
                     rows_only = getattr(synth.get(name), "output", "rows") == "rows"
                     for epsilon in epsilons if dp and rows_only else [epsilons[0]]:
-                        results = [run_one(name, source, domain, epsilon, seed, true)
+                        results = [run_one(name, source, domain, epsilon, seed, true,
+                                           options.get(name, {}))
                                    for seed in range(args.seeds)]
-                        rows.append(_row(dataset, name if dp else f"{name} (not DP)",
+                        label = name + "".join(f" {k}={v}" for k, v in
+                                               options.get(name, {}).items())
+                        rows.append(_row(dataset, label if dp else f"{label} (not DP)",
                                          epsilon if dp and rows_only else None, results))
                         print(f"  done {dataset} {name} eps={epsilon}", file=sys.stderr,
                               flush=True)
