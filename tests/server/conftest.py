@@ -154,17 +154,3 @@ def fake_server(server_store: Path) -> Iterator[ServerProcess]:
     """The real protocol, router and catalog, with a fake statement handler."""
     with start_server(fake_args(server_store)) as server:
         yield server
-
-
-def have_statement_handler() -> bool:
-    """Whether session.sql is implemented (dpsql.query, issue 3) on this branch."""
-    try:
-        import dpsql.query.answer  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-requires_session_sql = pytest.mark.skipif(
-    not have_statement_handler(),
-    reason="session.sql (dpsql.query.answer, issue 3) is not merged into this branch yet")

@@ -23,12 +23,9 @@ from .conftest import (
     PASSWORDS,
     ServerProcess,
     make_store,
-    requires_session_sql,
     serve_args,
     start_server,
 )
-
-pytestmark = requires_session_sql
 
 CLIENTS = 50
 
