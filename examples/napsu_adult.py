@@ -6,7 +6,8 @@ Builds a zCDP store over the 5,000-row Adult sample, fits NAPSU-MQ with the
 income-relevant marginals (plus MST selection) at epsilon = 1, draws 10 synthetic
 copies, and fits income ~ age + sex on every copy, combined with Rubin's rules.
 The combined intervals are compared with the same regression on the real rows,
-which only the data owner can run. NUTS with 4 chains x (1000 + 1000) keeps this to a couple of minutes.
+which only the data owner can run. NUTS with 4 chains x (1000 + 1000) keeps this
+to a couple of minutes.
 """
 
 from __future__ import annotations
