@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+
+def shared_data(*parts: str) -> Path:
+    """A file under the shared data directory: ``$DPSQL_SHARED_DATA``, or the first
+    ``shared/data`` found above this checkout (a clone or a worktree)."""
+    override = os.environ.get("DPSQL_SHARED_DATA")
+    roots = [Path(override)] if override else [
+        d / "shared" / "data" for d in Path(__file__).resolve().parents]
+    for root in roots:
+        if root.joinpath(*parts).exists():
+            return root.joinpath(*parts)
+    raise SystemExit(f"{Path(*parts)} not found under {', '.join(map(str, roots[:3]))}, ...: "
+                     "set DPSQL_SHARED_DATA to the directory holding adult/ and acs/")
 
 
 def median_time(fn: Callable[[], Any], runs: int = 5) -> tuple[float, list[float]]:

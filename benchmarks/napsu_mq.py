@@ -37,6 +37,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
+from _common import shared_data
 
 import dpsql
 from dpsql.analysis import rubin
@@ -50,9 +51,7 @@ from dpsql.synth.napsu_mq import posterior as post
 from dpsql.synth.napsu_mq.synthesizer import DiagnosticsWarning, FittedNapsuMQ
 
 ROOT = Path(__file__).resolve().parents[1]
-ADULT_CSV = ROOT.parent.parent / "shared" / "data" / "adult" / "adult.csv"
-if not ADULT_CSV.exists():
-    ADULT_CSV = Path("/work/shared/data/adult/adult.csv")
+ADULT_CSV = shared_data("adult", "adult.csv")
 
 TOY_POLICY = """version: 1
 accounting: zcdp

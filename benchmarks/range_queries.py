@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table
+from _common import print_table, shared_data
 
 import dpsql
 from dpsql.domain import Domain
@@ -34,9 +34,7 @@ from dpsql.source import bounded_relation
 from dpsql.synth.measure import count_marginals
 from dpsql.synth.range_tree import choose_branching, noisy_tree
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-if not SHARED.exists():
-    SHARED = Path("/work/shared/data")
+SHARED = shared_data("adult").parent
 
 POLICY = """version: 1
 accounting: {accounting}

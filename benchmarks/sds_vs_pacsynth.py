@@ -31,6 +31,7 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
+from _common import shared_data
 
 import dpsql
 from dpsql.analysis import fidelity
@@ -42,7 +43,7 @@ from dpsql.synth import get
 from dpsql.synth.sds import _encoded
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent.parent / "shared" / "data"
+DATA = shared_data("acs").parent
 PACSYNTH_PYTHON = Path("/work/venvs/pacsynth/bin/python")
 RUNNER = Path(__file__).with_name("pacsynth_runner.py")
 DELTA = 1e-6

@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import peak_rss_mb, print_table
+from _common import peak_rss_mb, print_table, shared_data
 
 import dpsql
 from dpsql import synth
@@ -45,9 +45,7 @@ from dpsql.privacy import budget_cost
 from dpsql.source import bounded_relation, bounded_sql
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-if not SHARED.exists():
-    SHARED = Path("/work/shared/data")
+SHARED = shared_data("acs").parent
 DELTA = 1e-6
 
 ADULT_POLICY = """version: 1
