@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
+import click
 import pytest
+from click.testing import CliRunner
 
 from .conftest import ADULT_POLICY, ADULT_SAMPLE
 
@@ -26,6 +29,31 @@ def test_help_explains_commands():
     assert result.returncode == 0
     for command in ("init", "policy", "budget", "audit", "demo"):
         assert command in result.stdout
+
+
+def _commands(group, path=()):
+    for name, command in group.commands.items():
+        yield (*path, name)
+        if isinstance(command, click.Group):
+            yield from _commands(command, (*path, name))
+
+
+def test_every_help_page_keeps_its_examples_on_their_own_lines():
+    from dpsql.cli import _load_commands
+    from dpsql.cli.common import cli
+
+    _load_commands()
+    runner = CliRunner()
+    commands = list(_commands(cli))
+    assert len(commands) > 15
+    for path in commands:
+        result = runner.invoke(cli, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert not re.search(r"\\b(\s|$)", result.output), \
+            f"dpsql {' '.join(path)} --help shows click's \\b marker"
+        if "Examples:" in result.output:
+            after = result.output.split("Examples:")[1]
+            assert after.startswith("\n"), f"dpsql {' '.join(path)} --help: {after[:80]!r}"
 
 
 def test_init_budget_grant_audit_round_trip(tmp_path):

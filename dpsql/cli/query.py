@@ -66,7 +66,7 @@ def show(answer: Any, delta: float | None, as_json: bool) -> None:
 @user_option
 @json_option
 def query_cmd(sql: str, db: str, user: str, as_json: bool) -> None:
-    r"""Answer one SQL statement with differential privacy.
+    """Answer one SQL statement with differential privacy.
 
     \b
     Examples:
@@ -77,7 +77,7 @@ def query_cmd(sql: str, db: str, user: str, as_json: bool) -> None:
       dpsql query "SHOW dpsql.budget" --user alice --json
 
     The answer's rows go to stdout; its cost and your remaining budget to stderr.
-    """
+    """  # noqa: D301 (click needs a real \b)
     with connect(db, user) as session:
         show(session.sql(sql), session.policy.delta, as_json)
 

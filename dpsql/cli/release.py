@@ -130,7 +130,7 @@ def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
                 delta: str | None, rho: str | None, rows: int | None, copies: int,
                 columns: str | None, seed: int | None, options: tuple[str, ...], replace: bool,
                 db: str, actor: str | None, as_json: bool) -> None:
-    r"""Release a DP synthetic table of DATASET as released.T (administrators only).
+    """Release a DP synthetic table of DATASET as released.T (administrators only).
 
     The budget is charged before anything private is computed and is never
     refunded, even if fitting fails; nothing is written unless the whole
@@ -142,7 +142,7 @@ def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
       dpsql release adult --synth joint --epsilon 1 --columns age,sex,income_50k \\
           --name adult_joint --copies 5
       dpsql release adult --synth range --epsilon 0.5 --columns age --name age_ranges
-    """
+    """  # noqa: D301 (click needs a real \b)
     bar = ProgressBar(enabled=not as_json)
     with connect(db, default_actor(actor, db)) as session:
         try:
