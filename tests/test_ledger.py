@@ -164,3 +164,84 @@ def test_policy_cannot_forget_spending(make_store, tmp_path):
         with pytest.raises(PolicyError, match="pure accounting cannot count"):
             admin.apply_policy(pure)
         assert admin.store.policy_version() == 1
+
+
+# -- the standing: which ledger rows count, and how ----------------------------------
+
+
+def test_standing_counts_the_right_rows(make_store, tmp_path):
+    """Grants: the caller's only; spent: the caller's charges; dataset: everyone's; rows
+    recorded as pure epsilon before a switch to zCDP convert one by one (eps^2 / 2)."""
+    path = make_store(policy_text(budget="{epsilon: 10}", user_budget="{epsilon: 1}"))
+    with dpsql.connect(path, "admin") as admin:
+        admin.ledger.grant("admin", "alice", "adult", PrivacyCost.pure(1))
+        admin.ledger.grant("admin", "admin", "adult", PrivacyCost.pure(3))  # not alice's
+        admin.ledger.charge("admin", "adult", PrivacyCost.pure(1), "theirs", action="release")
+    with dpsql.connect(path, "alice") as alice:
+        for _ in range(2):
+            alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.5"), "mine")
+    zcdp = tmp_path / "z.yaml"
+    zcdp.write_text(policy_text("zcdp", budget="{rho: 10}", user_budget="{rho: 2}"))
+    with dpsql.connect(path, "admin") as admin:
+        admin.apply_policy(zcdp)
+        admin.ledger.grant("admin", "admin", "adult", PrivacyCost.unbounded("zcdp"))
+        admin.ledger.charge("admin", "adult", PrivacyCost.zcdp("0.25"), "native",
+                            action="release")
+    with dpsql.connect(path, "alice") as alice:
+        standing = alice.ledger.budget("alice", "adult")
+        assert standing.granted == PrivacyCost.zcdp("2.5")  # 2 + 1^2/2; admin's excluded
+        assert standing.spent == PrivacyCost.zcdp("0.25")  # 2 * 0.5^2/2, not 1^2/2
+        assert standing.dataset_spent == PrivacyCost.zcdp("1")  # 0.25 + 0.5 + 0.25
+        assert not standing.granted.infinite
+        assert not standing.dataset_spent.infinite
+        alice.ledger.charge("alice", "adult", PrivacyCost.zcdp("2.25"), "exactly the rest")
+        with pytest.raises(BudgetExceeded):
+            alice.ledger.charge("alice", "adult", PrivacyCost.zcdp("0.000001"), "one more")
+
+
+def test_another_users_infinite_charge_exhausts_only_the_dataset(make_store):
+    path = make_store(policy_text(budget="{epsilon: inf}", user_budget="{epsilon: 1}"))
+    with dpsql.connect(path, "admin") as admin:
+        admin.ledger.grant("admin", "admin", "adult", PrivacyCost.unbounded("pure"))
+        admin.ledger.charge("admin", "adult", PrivacyCost.unbounded("pure"), "all",
+                            action="release")
+    with dpsql.connect(path, "alice") as alice:
+        standing = alice.ledger.budget("alice", "adult")
+        assert standing.spent.is_zero
+        assert not standing.granted.infinite
+        assert standing.dataset_spent.infinite
+
+
+def test_an_infinite_pure_charge_stays_infinite_under_zcdp(make_store, tmp_path):
+    path = make_store(policy_text(budget="{epsilon: inf}", user_budget="{epsilon: 1}"))
+    with dpsql.connect(path, "admin") as admin:
+        admin.ledger.charge("admin", "adult", PrivacyCost.unbounded("pure"), "all",
+                            action="release")
+    zcdp = tmp_path / "z.yaml"
+    zcdp.write_text(policy_text("zcdp", budget="{rho: inf}", user_budget="{rho: 1}"))
+    with dpsql.connect(path, "admin") as admin:
+        admin.apply_policy(zcdp)
+    with dpsql.connect(path, "alice") as alice:
+        assert alice.ledger.budget("alice", "adult").dataset_spent.infinite
+
+
+def test_one_group_commit_of_many_long_statements(make_store):
+    """50 concurrent charges share commits (multi-row INSERTs); statements are truncated."""
+    path = make_store(policy_text(budget="{epsilon: 100}", user_budget="{epsilon: 100}"))
+    with dpsql.connect(path, "alice") as alice:
+        barrier = threading.Barrier(50)
+
+        def charge(i: int) -> None:
+            barrier.wait()
+            alice.ledger.charge("alice", "adult", PrivacyCost.pure(1 if i % 2 else 2),
+                                "x" * 20_000)
+
+        threads = [threading.Thread(target=charge, args=(i,)) for i in range(50)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert alice.ledger.budget("alice", "adult").spent == PrivacyCost.pure(75)
+        audit = alice.ledger.audit("alice")
+        assert len(audit) == 50
+        assert all(len(r["statement"]) == 10_000 for r in audit)
