@@ -81,8 +81,7 @@ def _kernels(structure: Structure) -> tuple[Any, Any, Any]:
 
 def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: float, *,
            chains: int, warmup: int, samples: int, max_tree_depth: int, target_accept: float,
-           rng: np.random.Generator, progress: Progress, workers: int = 0,
-           dense_mass: bool = False) -> Draws:
+           rng: np.random.Generator, progress: Progress, workers: int = 0) -> Draws:
     """Run ``chains`` NUTS chains on ``workers`` threads (0: one per core), float64."""
     started = time.perf_counter()
     workers = min(chains, workers or os.cpu_count() or 1)
@@ -108,7 +107,7 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
                                 rng_key=jax.random.key(keys[i]),
                                 model_args=(evidence, mean, chol),
                                 max_tree_depth=max_tree_depth,
-                                target_accept_prob=target_accept, dense_mass=dense_mass)
+                                target_accept_prob=target_accept)
             parts: list[tuple[np.ndarray, ...]] = []
             seconds: list[float] = []
             for k in range(chunks):
