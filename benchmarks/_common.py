@@ -57,3 +57,35 @@ def print_table(rows: list[dict[str, Any]], as_json: bool = False) -> None:
     print("  ".join("-" * w for w in widths))
     for t in text:
         print("  ".join(v.rjust(w) for v, w in zip(t, widths, strict=True)))
+
+
+# The 10 Adult columns of the NAPSU-MQ paper (Supplement E), as the benchmarks compare
+# synthesizers on them: age and hours in 5 buckets, capital gain and loss as "positive
+# or not"; the other columns hidden.
+ADULT10_COLUMNS = """\
+      age: {type: integer, bounds: [0, 84], bins: [0, 17, 34, 51, 68, 84]}
+      workclass: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8]}
+      education_num: {type: integer, bounds: [0, 15], bins: 1}
+      marital_status: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6]}
+      race: {type: categorical, values: [0, 1, 2, 3, 4]}
+      sex: {type: categorical, values: [0, 1]}
+      capital_gain: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
+      capital_loss: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
+      hours_per_week: {type: integer, bounds: [0, 98], bins: [0, 20, 40, 60, 80, 98]}
+      income_50k: {type: categorical, values: [0, 1]}
+      fnlwgt: {type: hidden}
+      occupation: {type: hidden}
+      relationship: {type: hidden}
+      native_country: {type: hidden}
+"""
+
+
+def adult10_policy(budget: str, extra: str = "") -> str:
+    """A zCDP policy (delta 1e-6) over :data:`ADULT10_COLUMNS` with one admin.
+
+    ``budget`` is YAML for the dataset's and the admin's budget (``{epsilon: 10}``);
+    ``extra`` is more YAML for the dataset (indented four spaces).
+    """
+    return (f"version: 1\naccounting: zcdp\ndelta: 1.0e-6\ndatasets:\n  adult:\n"
+            f"    table: adult\n    budget: {budget}\n    columns:\n{ADULT10_COLUMNS}{extra}"
+            f"users:\n  admin: {{role: admin, budgets: {{adult: {budget}}}}}\n")

@@ -37,7 +37,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
-from _common import shared_data
+from _common import adult10_policy, shared_data
 
 import dpsql
 from dpsql.analysis import rubin
@@ -68,31 +68,7 @@ users:
   admin: {role: admin, budgets: {toy: {epsilon: 10}}}
 """
 
-ADULT_POLICY = """version: 1
-accounting: zcdp
-delta: 1.0e-6
-datasets:
-  adult:
-    table: adult
-    budget: {epsilon: 10}
-    columns:
-      age: {type: integer, bounds: [0, 84], bins: [0, 17, 34, 51, 68, 84]}
-      workclass: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8]}
-      education_num: {type: integer, bounds: [0, 15], bins: 1}
-      marital_status: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6]}
-      race: {type: categorical, values: [0, 1, 2, 3, 4]}
-      sex: {type: categorical, values: [0, 1]}
-      capital_gain: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
-      capital_loss: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
-      hours_per_week: {type: integer, bounds: [0, 98], bins: [0, 20, 40, 60, 80, 98]}
-      income_50k: {type: categorical, values: [0, 1]}
-      fnlwgt: {type: hidden}
-      occupation: {type: hidden}
-      relationship: {type: hidden}
-      native_country: {type: hidden}
-users:
-  admin: {role: admin, budgets: {adult: {epsilon: 10}}}
-"""
+ADULT_POLICY = adult10_policy("{epsilon: 10}")
 ADULT_REQUIRED = ("hours_per_week+age,hours_per_week+race,hours_per_week+sex,"
                   "hours_per_week+income_50k,race+sex")
 ADULT_FORMULA = "income_50k ~ age_mid + C(race) + sex"

@@ -31,7 +31,7 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from _common import shared_data
+from _common import adult10_policy, shared_data
 
 import dpsql
 from dpsql.analysis import fidelity
@@ -49,31 +49,7 @@ RUNNER = Path(__file__).with_name("pacsynth_runner.py")
 DELTA = 1e-6
 LENGTH = 3
 
-ADULT_POLICY = """version: 1
-accounting: zcdp
-delta: 1.0e-6
-datasets:
-  adult:
-    table: adult
-    budget: {epsilon: 100}
-    columns:
-      age: {type: integer, bounds: [0, 84], bins: [0, 17, 34, 51, 68, 84]}
-      workclass: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8]}
-      fnlwgt: {type: hidden}
-      education_num: {type: integer, bounds: [0, 15], bins: 1}
-      marital_status: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6]}
-      occupation: {type: hidden}
-      relationship: {type: hidden}
-      race: {type: categorical, values: [0, 1, 2, 3, 4]}
-      sex: {type: categorical, values: [0, 1]}
-      capital_gain: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
-      capital_loss: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
-      hours_per_week: {type: integer, bounds: [0, 98], bins: [0, 20, 40, 60, 80, 98]}
-      native_country: {type: hidden}
-      income_50k: {type: categorical, values: [0, 1]}
-users:
-  admin: {role: admin, budgets: {adult: {epsilon: 100}}}
-"""
+ADULT_POLICY = adult10_policy("{epsilon: 100}")
 
 
 # --------------------------------------------------------------------------- data

@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import peak_rss_mb, print_table, shared_data
+from _common import adult10_policy, peak_rss_mb, print_table, shared_data
 
 import dpsql
 from dpsql import synth
@@ -48,29 +48,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = shared_data("acs").parent
 DELTA = 1e-6
 
-ADULT_POLICY = """version: 1
-accounting: zcdp
-delta: 1.0e-6
-datasets:
-  adult:
-    table: adult
-    budget: {epsilon: .inf}
-    columns:
-      age: {type: integer, bounds: [0, 84], bins: [0, 17, 34, 51, 68, 84]}
-      workclass: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6, 7, 8]}
-      education_num: {type: integer, bounds: [0, 15], bins: 1}
-      marital_status: {type: categorical, values: [0, 1, 2, 3, 4, 5, 6]}
-      race: {type: categorical, values: [0, 1, 2, 3, 4]}
-      sex: {type: categorical, values: [0, 1]}
-      capital_gain: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
-      capital_loss: {type: integer, bounds: [0, 99], bins: [0, 1, 99]}
-      hours_per_week: {type: integer, bounds: [0, 98], bins: [0, 20, 40, 60, 80, 98]}
-      income_50k: {type: categorical, values: [0, 1]}
-    synthesizers: [%s]
-    allow_non_dp: true
-users:
-  admin: {role: admin, budgets: {adult: {epsilon: .inf}}}
-"""
 
 
 def _acs_policy(names: list[str]) -> str:
@@ -88,7 +65,8 @@ def build_store(directory: Path, dataset: str, names: list[str]) -> Path:
     policy = directory / f"{dataset}.yaml"
     path = directory / f"{dataset}.duckdb"
     if dataset == "adult":
-        policy.write_text(ADULT_POLICY % ", ".join(names))
+        extra = f"    synthesizers: [{', '.join(names)}]\n    allow_non_dp: true\n"
+        policy.write_text(adult10_policy("{epsilon: .inf}", extra))
         store, _ = dpsql.init(path, policy, {"adult": SHARED / "adult" / "adult.csv"})
     else:
         policy.write_text(_acs_policy(names))
