@@ -24,10 +24,11 @@ from dpsql.source import bounded_relation
 from dpsql.synth import get
 
 ROOT = Path(__file__).resolve().parents[1]
-# ../shared beside the checkout (a clone), or beside the folder of worktrees
+# ../shared beside the checkout (a clone, or the folder of worktrees); else the 3,000-row
+# ACS sample bundled for the tests, so the tour runs from any clone.
 DEFAULT_DATA = next((d / "shared" / "data" / "acs" / "national2019.csv" for d in ROOT.parents
-               if (d / "shared" / "data" / "acs" / "national2019.csv").exists()),
-              ROOT.parent / "shared" / "data" / "acs" / "national2019.csv")
+                     if (d / "shared" / "data" / "acs" / "national2019.csv").exists()),
+                    ROOT / "tests" / "data" / "acs_sample.csv")
 COLUMNS = ["agep", "sex", "msp", "rac1p", "hisp", "edu", "pincp_decile", "own_rent", "dear",
            "deye", "dphy", "drem"]
 
