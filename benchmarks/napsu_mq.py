@@ -100,7 +100,9 @@ def toy(args: argparse.Namespace) -> None:
         dataset = Policy.load(path).datasets["toy"]
     domain = Domain.from_dataset(dataset)
     truth = np.array([1.0, 0.0])
-    print(f"\n== toy: n={n}, full 3-way marginal, Laplace, m={args.toy_copies} copies, "
+    inference = "Laplace" if args.toy_inference == "laplace" else (
+        f"NUTS {args.chains}x({args.warmup}+{args.samples}), covariance {args.covariance}")
+    print(f"\n== toy: n={n}, full 3-way marginal, {inference}, m={args.toy_copies} copies, "
           f"{args.toy_repeats} repeats, delta=n^-2")
     print(f"{'eps':>5} {'method':<22} {'cover x1':>9} {'cover x2':>9} {'CI width x1':>12} "
           f"{'fit s (median)':>15}")
@@ -114,7 +116,9 @@ def toy(args: argparse.Namespace) -> None:
             con = duckdb.connect()
             con.register("toy_df", toy_data(rng, n))
             relation = con.sql("SELECT * FROM toy_df")
-            synth = get("napsu_mq", cliques="x1+x2+x3", select="none", inference="laplace")
+            synth = get("napsu_mq", cliques="x1+x2+x3", select="none",
+                        inference=args.toy_inference, covariance=args.covariance,
+                        chains=args.chains, warmup=args.warmup, samples=args.samples)
             t0 = time.perf_counter()
             fitted = synth.fit(relation, domain, rho, rng)
             seconds.append(time.perf_counter() - t0)
@@ -198,7 +202,8 @@ def adult_synth(args: argparse.Namespace, cliques: str, **extra: str) -> Any:
     options = {"cliques": cliques, "inference": args.adult_inference,
                "chains": str(args.chains), "warmup": str(args.warmup),
                "samples": str(args.samples), "prior_sd": str(args.prior_sd),
-               "select_share": str(args.select_share), **extra}
+               "select_share": str(args.select_share), "covariance": args.covariance,
+               **extra}
     return get("napsu_mq", **{k: v for k, v in options.items() if v != ""})
 
 
@@ -347,6 +352,7 @@ def main() -> None:
     parser.add_argument("--skip-adult", action="store_true")
     parser.add_argument("--toy-repeats", type=int, default=100)
     parser.add_argument("--toy-copies", type=int, default=50)
+    parser.add_argument("--toy-inference", choices=["laplace", "nuts"], default="laplace")
     parser.add_argument("--eps", type=float, nargs="+", default=[0.1, 0.5, 1.0])
     parser.add_argument("--adult-repeats", type=int, default=1)
     parser.add_argument("--adult-copies", type=int, default=100)
@@ -357,6 +363,8 @@ def main() -> None:
     parser.add_argument("--prior-sd", type=float, default=10.0,
                         help="prior sd of theta for the Adult run (the paper: 10)")
     parser.add_argument("--adult-inference", choices=["nuts", "laplace"], default="nuts")
+    parser.add_argument("--covariance", choices=["exact", "mode"], default="exact",
+                        help="NUTS likelihood covariance: exact, or fixed at the Laplace mode")
     parser.add_argument("--adult-cliques", choices=list(ADULT_CLIQUES), default="issue",
                         help="required cliques: the issue's, the issue's plus income x "
                              "{age, race, sex}, or none (MST selects all)")

@@ -156,3 +156,51 @@ def test_log_posterior_gradient_matches_finite_differences() -> None:
                              float(f(jnp.asarray(phi - step * e)))) / (2 * step)
                             for e in np.eye(dim + 1)])
     np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-6)
+
+
+def _evidence(structure: Structure, rng: np.random.Generator) -> model.Evidence:
+    dim = structure.dim
+    return model.Evidence(z=jnp.asarray(np.abs(rng.normal(size=dim + 1)) * 50 + 10),
+                          noise_cov=jnp.asarray(np.eye(dim + 1) * 30.0),
+                          n0=jnp.asarray(500.0), n_scale=jnp.asarray(5.0),
+                          prior_sd=jnp.asarray(10.0))
+
+
+def test_plugin_likelihood_is_the_exact_one_where_its_covariance_was_taken() -> None:
+    """At the phi where the covariance is fixed, the two differ by log-det only."""
+    structure = Structure.build((2, 3, 2), [(0, 1), (1, 2)])
+    rng = np.random.default_rng(9)
+    with jax.enable_x64(True):
+        evidence = _evidence(structure, rng)
+        phi = jnp.asarray(rng.normal(0, 0.5, structure.dim + 1))
+        cov = model.likelihood_covariance(structure, phi, evidence)
+        chol = jnp.linalg.cholesky(cov)
+        exact = float(model.log_likelihood(structure, phi, evidence))
+        plugin = float(model.log_likelihood_plugin(structure, phi, evidence, chol))
+        elsewhere = phi + 0.3
+        moved = float(model.log_likelihood(structure, elsewhere, evidence))
+        moved_plugin = float(model.log_likelihood_plugin(structure, elsewhere, evidence, chol))
+        log_det_half = float(jnp.log(jnp.diagonal(chol)).sum())
+    assert plugin - log_det_half == pytest.approx(exact, rel=1e-10)
+    # Away from that phi the covariance moves in the exact likelihood only.
+    assert abs((moved_plugin - log_det_half) - moved) > 1e-6
+
+
+def test_plugin_posterior_gradient_matches_finite_differences() -> None:
+    structure = Structure.build((3, 2, 2), [(0, 1), (0, 2)])
+    rng = np.random.default_rng(10)
+    phi = rng.normal(0, 0.5, structure.dim + 1)
+    with jax.enable_x64(True):
+        evidence = _evidence(structure, rng)
+        chol = jnp.linalg.cholesky(model.likelihood_covariance(structure, jnp.zeros_like(
+            jnp.asarray(phi)), evidence))
+
+        def f(x: jax.Array) -> jax.Array:
+            return model.log_posterior_plugin(structure, x, evidence, chol)
+
+        grad = np.asarray(jax.grad(f)(jnp.asarray(phi)))
+        step = 1e-6
+        numeric = np.array([(float(f(jnp.asarray(phi + step * e))) -
+                             float(f(jnp.asarray(phi - step * e)))) / (2 * step)
+                            for e in np.eye(structure.dim + 1)])
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-6)

@@ -44,6 +44,7 @@ def test_registered_and_options_are_converted() -> None:
     pytest.param("inference", "vi", id="inference"),
     pytest.param("select_share", "1.5", id="share"),
     pytest.param("chains", "0", id="chains"),
+    pytest.param("covariance", "diagonal", id="covariance"),
 ])
 def test_bad_options_are_refused(option: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match="napsu_mq"):

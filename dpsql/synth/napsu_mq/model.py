@@ -134,16 +134,41 @@ def _gaussian_backward(saved: Any, cotangent: jax.Array) -> tuple[jax.Array, jax
 gaussian_log_density.defvjp(_gaussian_forward, _gaussian_backward)
 
 
+def _padded(sigma: jax.Array) -> jax.Array:
+    """``[0, Sigma]``: the total n has no sampling variance given n."""
+    edge = jnp.zeros((1, sigma.shape[0]), sigma.dtype)
+    return jnp.block([[jnp.zeros((1, 1), sigma.dtype), edge], [edge.T, sigma]])
+
+
 def log_likelihood(structure: Structure, phi: jax.Array, evidence: Evidence) -> jax.Array:
     """The CLT likelihood N(z; n [1, mu], n [0, Sigma] + noise_cov), DP noise included."""
     theta = phi[: structure.dim]
     n = records(structure, phi, evidence)
     mu, sigma = moments(structure, theta)
-    one = jnp.ones(1, mu.dtype)
-    edge = jnp.zeros((1, structure.dim), mu.dtype)
-    padded = jnp.block([[jnp.zeros((1, 1), mu.dtype), edge], [edge.T, sigma]])
-    mean = n * jnp.concatenate([one, mu])
-    return gaussian_log_density(evidence.noise_cov + n * padded, evidence.z - mean)
+    mean = n * jnp.concatenate([jnp.ones(1, mu.dtype), mu])
+    return gaussian_log_density(evidence.noise_cov + n * _padded(sigma), evidence.z - mean)
+
+
+def likelihood_covariance(structure: Structure, phi: jax.Array, evidence: Evidence
+                          ) -> jax.Array:
+    """The likelihood's covariance ``n [0, Sigma] + noise_cov`` at ``phi``."""
+    _, sigma = moments(structure, phi[: structure.dim])
+    return evidence.noise_cov + records(structure, phi, evidence) * _padded(sigma)
+
+
+def log_likelihood_plugin(structure: Structure, phi: jax.Array, evidence: Evidence,
+                          chol: jax.Array) -> jax.Array:
+    """The CLT likelihood with its covariance fixed (``chol`` its Cholesky factor).
+
+    An optional approximation for speed (``covariance=mode``): only the mean
+    ``n [1, mu(theta)]`` moves with ``phi``, so a gradient needs second
+    derivatives of log Z instead of third.
+    """
+    theta = phi[: structure.dim]
+    mu = jax.grad(lambda t: log_z(structure, t))(theta)
+    mean = records(structure, phi, evidence) * jnp.concatenate([jnp.ones(1, mu.dtype), mu])
+    white = solve_triangular(chol, evidence.z - mean, lower=True)
+    return -0.5 * white @ white
 
 
 def log_prior(structure: Structure, phi: jax.Array, evidence: Evidence) -> jax.Array:
@@ -155,6 +180,13 @@ def log_prior(structure: Structure, phi: jax.Array, evidence: Evidence) -> jax.A
 def log_posterior(structure: Structure, phi: jax.Array, evidence: Evidence) -> jax.Array:
     """Unnormalized log posterior of ``phi = [theta, (n - n0) / n_scale]``."""
     return log_likelihood(structure, phi, evidence) + log_prior(structure, phi, evidence)
+
+
+def log_posterior_plugin(structure: Structure, phi: jax.Array, evidence: Evidence,
+                         chol: jax.Array) -> jax.Array:
+    """:func:`log_posterior` with the likelihood's covariance fixed (see the plug-in likelihood)."""
+    return (log_likelihood_plugin(structure, phi, evidence, chol)
+            + log_prior(structure, phi, evidence))
 
 
 @lru_cache(maxsize=32)

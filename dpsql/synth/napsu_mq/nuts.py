@@ -53,43 +53,61 @@ class Draws:
     diagnostics: dict[str, Any]
 
 
-def _potential_gen(structure: Structure) -> Any:
-    def make(evidence: model.Evidence, mean: jax.Array, chol: jax.Array) -> Any:
+def _potential_gen(structure: Structure, covariance: str) -> Any:
+    """Potential of ``u`` given (evidence, Laplace mean, its Cholesky, likelihood Cholesky).
+
+    The last argument is used only with ``covariance="mode"`` (the likelihood's
+    covariance fixed at the Laplace mode).
+    """
+    def make(evidence: model.Evidence, mean: jax.Array, chol: jax.Array,
+             likelihood_chol: jax.Array) -> Any:
         def potential(u: jax.Array) -> jax.Array:
-            return -model.log_posterior(structure, mean + chol @ u, evidence)
+            phi = mean + chol @ u
+            if covariance == "mode":
+                return -model.log_posterior_plugin(structure, phi, evidence, likelihood_chol)
+            return -model.log_posterior(structure, phi, evidence)
         return potential
     return make
 
 
 @lru_cache(maxsize=16)
-def _kernels(structure: Structure) -> tuple[Any, Any, Any]:
+def _kernels(structure: Structure, covariance: str) -> tuple[Any, Any, Any]:
     """(init kernel, jitted chunk runner, jitted potential value-and-grad) for ``structure``."""
-    make = _potential_gen(structure)
+    make = _potential_gen(structure, covariance)
     init_kernel, sample_kernel = hmc(potential_fn_gen=make, algo="NUTS")
 
-    def run(state: Any, evidence: model.Evidence, mean: jax.Array, chol: jax.Array) -> Any:
+    def run(state: Any, *args: Any) -> Any:
         def step(state: Any, _: Any) -> tuple[Any, Any]:
-            state = sample_kernel(state, model_args=(evidence, mean, chol))
+            state = sample_kernel(state, model_args=args)
             return state, (state.z, state.num_steps, state.diverging, state.accept_prob)
 
         return jax.lax.scan(step, state, None, length=CHUNK)
 
-    value_grad = jax.jit(lambda u, evidence, mean, chol: jax.value_and_grad(
-        make(evidence, mean, chol))(u))
+    value_grad = jax.jit(lambda u, *args: jax.value_and_grad(make(*args))(u))
     return init_kernel, jax.jit(run), value_grad
 
 
 def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: float, *,
            chains: int, warmup: int, samples: int, max_tree_depth: int, target_accept: float,
-           rng: np.random.Generator, progress: Progress, workers: int = 0) -> Draws:
-    """Run ``chains`` NUTS chains on ``workers`` threads (0: one per core), float64."""
+           rng: np.random.Generator, progress: Progress, workers: int = 0,
+           covariance: str = "exact") -> Draws:
+    """Run ``chains`` NUTS chains on ``workers`` threads (0: one per core), float64.
+
+    ``covariance="mode"`` fixes the likelihood's covariance at the Laplace mode
+    (an optional approximation, see :func:`model.log_likelihood_plugin`).
+    """
     started = time.perf_counter()
     workers = min(chains, workers or os.cpu_count() or 1)
     with jax.enable_x64(True):
         evidence = evidence_arrays(reduced, prior_sd)
         mean = jnp.asarray(laplace.mean)
         chol = jnp.asarray(_cholesky(laplace.cov))
-    init_kernel, run, value_grad = _kernels(structure)
+        likelihood_chol = jnp.eye(1)
+        if covariance == "mode":
+            likelihood_chol = jnp.linalg.cholesky(
+                _likelihood_covariance(structure)(mean, evidence))
+    init_kernel, run, value_grad = _kernels(structure, covariance)
+    args = (evidence, mean, chol, likelihood_chol)
     dim = laplace.mean.size
     starts = [rng.normal(0.0, INIT_SPREAD, dim) for _ in range(chains)]
     keys = [int(rng.integers(2**31)) for _ in range(chains)]
@@ -102,17 +120,17 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
         # enable_x64 is thread-local: every worker thread enters it itself.
         with jax.enable_x64(True):
             u0 = jnp.asarray(starts[i])
-            pe, grad = value_grad(u0, evidence, mean, chol)
+            pe, grad = value_grad(u0, *args)
             state = init_kernel(ParamInfo(u0, pe, grad), warmup,
                                 rng_key=jax.random.key(keys[i]),
-                                model_args=(evidence, mean, chol),
+                                model_args=args,
                                 max_tree_depth=max_tree_depth,
                                 target_accept_prob=target_accept)
             parts: list[tuple[np.ndarray, ...]] = []
             seconds: list[float] = []
             for k in range(chunks):
                 t0 = time.perf_counter()
-                state, out = run(state, evidence, mean, chol)
+                state, out = run(state, *args)
                 parts.append(tuple(np.asarray(x) for x in out))
                 seconds.append(time.perf_counter() - t0)
                 with lock:
@@ -140,6 +158,7 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
     diagnostics = {
         "chains": chains, "warmup": warmup, "samples": samples, "workers": workers,
         "max_tree_depth": max_tree_depth, "target_accept": target_accept,
+        "covariance": covariance,
         "max_rhat": float(np.nanmax(rhat)) if chains > 1 else None,
         "min_ess": float(np.min(ess)),
         "divergences": int(sum(r["divergent"].sum() for r in results)),
@@ -157,6 +176,12 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
         "compile_and_first_chunk_seconds": round(max(r["first_chunk"] for r in results), 3),
     }
     return Draws(phi, diagnostics)
+
+
+@lru_cache(maxsize=16)
+def _likelihood_covariance(structure: Structure) -> Any:
+    """Jitted ``(phi, evidence) -> the likelihood's covariance`` for ``structure``."""
+    return jax.jit(lambda phi, evidence: model.likelihood_covariance(structure, phi, evidence))
 
 
 def _cholesky(cov: np.ndarray) -> np.ndarray:

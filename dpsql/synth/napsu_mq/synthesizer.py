@@ -60,12 +60,17 @@ class NapsuMQ:
     ``select=none`` measures only ``cliques`` (plus 1-way marginals of columns
     they miss). ``inference`` is ``nuts`` (exact MCMC, slower) or ``laplace``.
     NUTS chains run independently on ``workers`` threads (0: one per core).
+    ``covariance`` is ``exact`` (the likelihood's covariance n Sigma(theta) + noise
+    moves with theta, as in the paper) or ``mode`` (fixed at the Laplace mode: an
+    approximation that makes each NUTS step several times cheaper; its effect on
+    coverage is measured in docs/napsu_mq.md).
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
     select: str = "mst"
     select_share: float = 0.2
     inference: str = "nuts"
+    covariance: str = "exact"
     chains: int = 4
     warmup: int = 800
     samples: int = 2000
@@ -85,6 +90,7 @@ class NapsuMQ:
         checks = [
             (self.select in ("mst", "none"), "select must be 'mst' or 'none'"),
             (self.inference in ("nuts", "laplace"), "inference must be 'nuts' or 'laplace'"),
+            (self.covariance in ("exact", "mode"), "covariance must be 'exact' or 'mode'"),
             (0 < self.select_share < 1, "select_share must be between 0 and 1"),
             (self.chains >= 1, "chains must be at least 1"),
             (self.warmup >= 1 and self.samples >= 1, "warmup and samples must be positive"),
@@ -170,7 +176,8 @@ class NapsuMQ:
                                     chains=self.chains, warmup=self.warmup,
                                     samples=self.samples, max_tree_depth=self.max_tree_depth,
                                     target_accept=self.target_accept, rng=rng,
-                                    progress=progress, workers=self.workers)
+                                    progress=progress, workers=self.workers,
+                                    covariance=self.covariance)
                 diagnostics["nuts"] = draws.diagnostics
                 timings["nuts"] = draws.diagnostics["seconds"]
                 posterior = post.Samples(post.thin(draws.phi, self.keep_draws))
