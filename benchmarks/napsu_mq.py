@@ -118,6 +118,7 @@ def toy(args: argparse.Namespace) -> None:
             relation = con.sql("SELECT * FROM toy_df")
             synth = get("napsu_mq", cliques="x1+x2+x3", select="none",
                         inference=args.toy_inference, covariance=args.covariance,
+                        target_accept=args.target_accept,
                         chains=args.chains, warmup=args.warmup, samples=args.samples)
             t0 = time.perf_counter()
             fitted = synth.fit(relation, domain, rho, rng)
@@ -203,6 +204,7 @@ def adult_synth(args: argparse.Namespace, cliques: str, **extra: str) -> Any:
                "chains": str(args.chains), "warmup": str(args.warmup),
                "samples": str(args.samples), "prior_sd": str(args.prior_sd),
                "select_share": str(args.select_share), "covariance": args.covariance,
+               "target_accept": str(args.target_accept),
                **extra}
     return get("napsu_mq", **{k: v for k, v in options.items() if v != ""})
 
@@ -352,6 +354,8 @@ def main() -> None:
     parser.add_argument("--skip-adult", action="store_true")
     parser.add_argument("--toy-repeats", type=int, default=100)
     parser.add_argument("--toy-copies", type=int, default=50)
+    parser.add_argument("--target-accept", type=float, default=0.8,
+                        help="NUTS target acceptance (0.95 suits covariance=mode)")
     parser.add_argument("--toy-inference", choices=["laplace", "nuts"], default="laplace")
     parser.add_argument("--eps", type=float, nargs="+", default=[0.1, 0.5, 1.0])
     parser.add_argument("--adult-repeats", type=int, default=1)
