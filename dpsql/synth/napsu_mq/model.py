@@ -140,13 +140,17 @@ def _padded(sigma: jax.Array) -> jax.Array:
     return jnp.block([[jnp.zeros((1, 1), sigma.dtype), edge], [edge.T, sigma]])
 
 
+def _expected(n: jax.Array, mu: jax.Array) -> jax.Array:
+    """``n [1, mu]``: the expected total and sufficient statistics."""
+    return n * jnp.concatenate([jnp.ones(1, mu.dtype), mu])
+
+
 def log_likelihood(structure: Structure, phi: jax.Array, evidence: Evidence) -> jax.Array:
     """The CLT likelihood N(z; n [1, mu], n [0, Sigma] + noise_cov), DP noise included."""
-    theta = phi[: structure.dim]
     n = records(structure, phi, evidence)
-    mu, sigma = moments(structure, theta)
-    mean = n * jnp.concatenate([jnp.ones(1, mu.dtype), mu])
-    return gaussian_log_density(evidence.noise_cov + n * _padded(sigma), evidence.z - mean)
+    mu, sigma = moments(structure, phi[: structure.dim])
+    return gaussian_log_density(evidence.noise_cov + n * _padded(sigma),
+                                evidence.z - _expected(n, mu))
 
 
 def likelihood_covariance(structure: Structure, phi: jax.Array, evidence: Evidence
@@ -164,10 +168,9 @@ def log_likelihood_plugin(structure: Structure, phi: jax.Array, evidence: Eviden
     ``n [1, mu(theta)]`` moves with ``phi``, so a gradient needs second
     derivatives of log Z instead of third.
     """
-    theta = phi[: structure.dim]
-    mu = jax.grad(lambda t: log_z(structure, t))(theta)
-    mean = records(structure, phi, evidence) * jnp.concatenate([jnp.ones(1, mu.dtype), mu])
-    white = solve_triangular(chol, evidence.z - mean, lower=True)
+    mu = jax.grad(lambda t: log_z(structure, t))(phi[: structure.dim])
+    residual = evidence.z - _expected(records(structure, phi, evidence), mu)
+    white = solve_triangular(chol, residual, lower=True)
     return -0.5 * white @ white
 
 

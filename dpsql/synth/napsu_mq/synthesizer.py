@@ -62,8 +62,8 @@ class NapsuMQ:
     NUTS chains run independently on ``workers`` threads (0: one per core).
     ``covariance`` is ``exact`` (the likelihood's covariance n Sigma(theta) + noise
     moves with theta, as in the paper) or ``mode`` (fixed at the Laplace mode: an
-    approximation that makes each NUTS step several times cheaper; its effect on
-    coverage is measured in docs/napsu_mq.md).
+    approximation that makes each NUTS step 20-40x cheaper on Adult; NUTS only;
+    its effect on coverage is measured in docs/napsu_mq.md).
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
