@@ -8,8 +8,10 @@ refusal leaves the ledger unchanged and adds one audit row saying why.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -52,18 +54,22 @@ class Budget:
 
 @dataclass(frozen=True)
 class Charge:
-    """A committed debit: its id (also the audit id) and what it cost."""
+    """A committed debit: its id (also the audit id) and what it cost.
+
+    ``audit_row``: the request's audit row, when the caller writes it
+    (:meth:`Ledger.close`) instead of the ledger.
+    """
 
     id: int
     cost: PrivacyCost
     remaining: PrivacyCost
+    audit_row: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
 
-# One row per (source, mine, native): few rows, and about half the planning of one
-# row of FILTERed aggregates (the standing is read on every charge).
+# The ledger rows of one dataset summed per (source, user, kind): few rows, whatever the
+# policy (which user asks and which kind is native are decided in Python).
 _STANDING_SQL = """
-SELECT src, user_name = $user AS mine, kind = $kind AS native,
-       sum(units), bool_or(infinite), list(units)
+SELECT src, user_name, kind, sum(units), bool_or(infinite), list(units)
 FROM (
     SELECT 'charge' AS src, user_name, kind, units, infinite
     FROM dpsql.charges WHERE dataset = $dataset
@@ -74,13 +80,67 @@ FROM (
 GROUP BY ALL
 """
 
+T = TypeVar("T")
 
-def _total(kind: Kind, rows: list[tuple[Any, ...]], src: str, mine_only: bool) -> PrivacyCost:
-    """The sum of the ledger rows of ``src`` (only the caller's with ``mine_only``)."""
-    picked = [r for r in rows if r[0] == src and (r[1] or not mine_only)]
-    native = sum(int(r[3]) for r in picked if r[2])
-    infinite = any(r[4] for r in picked)
-    foreign = [int(u) for r in picked if not r[2] for u in r[5]]
+#: (source, user, kind) -> [sum of units, any infinite, every row's units]
+Totals = dict[tuple[str, str, str], list[Any]]
+
+
+class _Standings:
+    """The summed ledger rows of each dataset, read once per open store, then kept current.
+
+    This process is the file's only writer (DuckDB locks it) and the store is
+    opened once per process, so every charge and grant passes through this
+    module: a charge adds its row here after its COMMIT, a grant drops the
+    dataset's entry (read again on next use). Reading the standing then costs
+    no query on the charge path.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.totals: dict[str, Totals] = {}
+
+    def read(self, store: Store, dataset: str, cur: duckdb.DuckDBPyConnection,
+             compute: Callable[[Totals], T]) -> T:
+        """``compute`` applied to the dataset's totals, read from the store on first use."""
+        with self.lock:
+            totals = self.totals.get(dataset)
+            if totals is not None:
+                return compute(totals)
+        with store.lock:  # no charge can commit between the read and keeping it
+            rows = cur.execute(_STANDING_SQL, {"dataset": dataset}).fetchall()
+            with self.lock:
+                totals = self.totals.setdefault(dataset, {
+                    (r[0], r[1], r[2]): [int(r[3]), bool(r[4]), [int(u) for u in r[5]]]
+                    for r in rows})
+                return compute(totals)
+
+    def add(self, src: str, dataset: str, user: str, cost: PrivacyCost) -> None:
+        """Count one committed row (nothing to do if the dataset was never read)."""
+        with self.lock:
+            totals = self.totals.get(dataset)
+            if totals is None:
+                return
+            entry = totals.setdefault((src, user, cost.kind), [0, False, []])
+            entry[0] += cost.units
+            entry[1] = entry[1] or cost.infinite
+            entry[2].append(cost.units)
+
+    def forget(self, dataset: str) -> None:
+        with self.lock:
+            self.totals.pop(dataset, None)
+
+
+def _standings_of(store: Store) -> _Standings:
+    return store.state(_Standings)
+
+
+def _total(kind: Kind, totals: Totals, src: str, user: str | None) -> PrivacyCost:
+    """The sum of the ledger rows of ``src`` (only ``user``'s unless None)."""
+    picked = [(k, v) for k, v in totals.items() if k[0] == src and user in (None, k[1])]
+    native = sum(v[0] for k, v in picked if k[2] == kind)
+    infinite = any(v[1] for _, v in picked)
+    foreign = [u for k, v in picked if k[2] != kind for u in v[2]]
     return _cost(kind, native, infinite, foreign)
 
 
@@ -119,11 +179,12 @@ class Ledger:
         ds = policy.dataset(dataset)
         kind = policy.accounting
         base = policy.user(user).budgets.get(dataset, PrivacyCost.zero(kind))
-        rows = cur.execute(_STANDING_SQL, {"user": user, "dataset": dataset,
-                                           "kind": kind}).fetchall()
-        return Budget(user, dataset, base + _total(kind, rows, "grant", True),
-                      _total(kind, rows, "charge", True), ds.budget,
-                      _total(kind, rows, "charge", False))
+        def standing(totals: Totals) -> Budget:
+            return Budget(user, dataset, base + _total(kind, totals, "grant", user),
+                          _total(kind, totals, "charge", user), ds.budget,
+                          _total(kind, totals, "charge", None))
+
+        return _standings_of(self.store).read(self.store, dataset, cur, standing)
 
     def budgets(self, user: str | None = None) -> list[Budget]:
         """Standing of ``user`` (or every user) on every dataset they have a budget for."""
@@ -139,16 +200,19 @@ class Ledger:
 
     # -- writing ------------------------------------------------------------------------
     def charge(self, user: str, dataset: str, cost: PrivacyCost, statement: str,
-               action: str = "query") -> Charge:
+               action: str = "query", *, caller_audits: bool = False) -> Charge:
         """Debit ``cost`` and commit, or raise BudgetExceeded and audit the refusal.
 
         Must be called before any private value is computed. Concurrent charges
         share one commit (group commit): whoever holds the store's write lock
         debits every pending request in order, each checked against the running
         totals, so none can overspend and each is durable when this returns.
+        The request's audit row ("charged") is written soon after by the store's
+        writer; with ``caller_audits`` the caller writes it once the request is
+        over, with its outcome (:meth:`close`), so nothing else runs meanwhile.
         """
         request = _Request(self, user, dataset, cost.to(self.policy.accounting), statement,
-                           action)
+                           action, caller_audits)
         self.policy.dataset(dataset)
         store = self.store
         with store.pending_lock:
@@ -191,6 +255,22 @@ class Ledger:
             self._audit(cur, audit_id, user, dataset, action, statement, cost, outcome, reason)
         return audit_id
 
+    def close(self, charge: Charge, outcome: str, reason: str | None = None,
+              cursor: duckdb.DuckDBPyConnection | None = None) -> None:
+        """Write the audit row of a charge taken with ``caller_audits``, with its outcome.
+
+        With ``cursor`` (inside the caller's open transaction) it commits with the
+        caller's other writes, e.g. the stored answer of a DP query.
+        """
+        assert charge.audit_row is not None, "the ledger already wrote this charge's row"
+        row = list(charge.audit_row)
+        row[9], row[10] = outcome, reason
+        if cursor is not None:
+            _insert(cursor, "dpsql.audit", [row])
+            return
+        with self.store.transaction() as cur:
+            _insert(cur, "dpsql.audit", [row])
+
     def finish(self, audit_id: int, outcome: str, reason: str | None = None,
                cursor: duckdb.DuckDBPyConnection | None = None) -> None:
         """Set the outcome of a charged request once it is answered or has failed.
@@ -202,6 +282,7 @@ class Ledger:
         if cursor is not None:
             cursor.execute(sql, [outcome, reason, audit_id])
             return
+        self.store.flush()  # a charge's audit row is written by the store's writer
         with self.store.transaction() as cur:
             cur.execute(sql, [outcome, reason, audit_id])
 
@@ -230,6 +311,7 @@ class Ledger:
             self._audit(cur, self.store.next_id(cur), admin, dataset, "grant",
                         f"grant {user} {dataset} {amount.describe(self.policy.delta)}", amount,
                         "granted", None)
+            _standings_of(self.store).forget(dataset)
         return self.budget(user, dataset)
 
     def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
@@ -266,13 +348,20 @@ class _Request:
     cost: PrivacyCost
     statement: str
     action: str
+    caller_audits: bool = False
     finished: bool = False
     result: Charge | None = None
     error: BaseException | None = None
 
 
 def _commit_batch(store: Store, batch: list[_Request]) -> None:
-    """Debit a batch of requests in order inside one transaction (caller holds store.lock)."""
+    """Debit a batch of requests in order with one durable INSERT (caller holds store.lock).
+
+    The charges are committed when this returns. The requests' audit rows
+    (charged or refused) follow on the store's writer thread, off the answer
+    path; if the process ends first, reopening the store rebuilds them from the
+    charges, which carry their request (:meth:`dpsql.store.Store.open`).
+    """
     cur = store.cursor()
     user_extra: dict[tuple[str, str], PrivacyCost] = {}
     dataset_extra: dict[str, PrivacyCost] = {}
@@ -280,9 +369,7 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
     audit_rows: list[list[Any]] = []
     charge_rows: list[list[Any]] = []
     try:
-        cur.execute("BEGIN TRANSACTION")
-        ids = [int(r[0]) for r in cur.execute(
-            "SELECT nextval('dpsql.event_ids') FROM range(?)", [len(batch)]).fetchall()]
+        ids = store.next_ids(len(batch))
         for request, event in zip(batch, ids, strict=True):
             ledger, policy = request.ledger, request.ledger.policy
             key = (request.user, request.dataset, policy.fingerprint)
@@ -298,25 +385,27 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
             reason = ledger._refusal(standing, request.cost,
                                      cap if request.action == "query" else None)
             cost = request.cost
+            statement = request.statement[:10_000]
             audit_rows.append([event, now(), request.user, request.dataset, request.action,
-                               request.statement[:10_000], cost.kind, cost.units, cost.infinite,
+                               statement, cost.kind, cost.units, cost.infinite,
                                "refused" if reason else "charged", reason, policy.fingerprint])
             if reason:
                 request.error = BudgetExceeded(reason)
                 continue
             charge_rows.append([event, now(), request.user, request.dataset, cost.kind,
-                                cost.units, cost.infinite, policy.fingerprint, event])
+                                cost.units, cost.infinite, policy.fingerprint, event,
+                                request.action, statement])
             user_extra[(request.user, request.dataset)] = \
                 user_extra.get((request.user, request.dataset), zero) + cost
             dataset_extra[request.dataset] = dataset_extra.get(request.dataset, zero) + cost
             after = Budget(request.user, request.dataset, base.granted, spent + cost,
                            base.dataset_total, total + cost)
-            request.result = Charge(event, cost, after.remaining)
-        _insert(cur, "dpsql.audit", audit_rows)
-        _insert(cur, "dpsql.charges", charge_rows)
-        cur.execute("COMMIT")
+            audit_row = None
+            if request.caller_audits:
+                audit_row = tuple(audit_rows.pop())
+            request.result = Charge(event, cost, after.remaining, audit_row)
+        _insert(cur, _CHARGES, charge_rows)  # one statement, committed on its own
     except BaseException as err:
-        cur.execute("ROLLBACK")
         for request in batch:
             request.result, request.error = None, err
         raise
@@ -324,6 +413,16 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
         cur.close()
         for request in batch:
             request.finished = True
+    kept = _standings_of(store)
+    for request in batch:
+        if request.result is not None:
+            kept.add("charge", request.dataset, request.user, request.cost)
+    if audit_rows:
+        store.defer(lambda c: _insert(c, "dpsql.audit", audit_rows))
+
+
+_CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, fingerprint, "
+            "audit_id, action, statement)")
 
 
 def _insert(cur: duckdb.DuckDBPyConnection, table: str, rows: list[list[Any]]) -> None:

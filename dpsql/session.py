@@ -198,7 +198,9 @@ def init(path: str | Path, policy: Policy | str | Path,
     try:
         notes = []
         for table, file in (imports or {}).items():
-            renames = store.import_table(table, file, na=na, normalize=normalize)
+            bounds = {c.name: c.bounds for ds in policy.datasets.values() if ds.table == table
+                      for c in ds.columns.values() if c.numeric and c.bounds is not None}
+            renames = store.import_table(table, file, na=na, normalize=normalize, bounds=bounds)
             if renames:
                 notes.append(f"{table}: renamed columns " + ", ".join(
                     f"{old} -> {new}" for old, new in renames.items()))

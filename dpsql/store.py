@@ -14,25 +14,27 @@ DuckDB lets one process write a file at a time; a second writer gets
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
 
+from dpsql.domain import quote
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.policy import Policy
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -88,12 +90,20 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             created_at TIMESTAMP NOT NULL, plan VARCHAR NOT NULL, noise VARCHAR NOT NULL,
             measures BLOB NOT NULL)""",
     ]),
+    # 4: a charge carries its request, so the audit row written after the charge (off the
+    # answer path) can be rebuilt if the process ends before writing it.
+    (4, [
+        "ALTER TABLE dpsql.charges ADD COLUMN action VARCHAR",
+        "ALTER TABLE dpsql.charges ADD COLUMN statement VARCHAR",
+    ]),
 ]
 
 logger = logging.getLogger(__name__)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _open_stores: dict[str, Store] = {}
 _open_lock = threading.Lock()
+_ID_BLOCK = 64
+T = TypeVar("T")
 
 
 def now() -> datetime:
@@ -159,6 +169,10 @@ class Store:
         self._writer: ThreadPoolExecutor | None = None
         self._writer_lock = threading.Lock()
         self._policy_cache: tuple[int, Policy] | None = None
+        self._ids: list[int] = []
+        self._ids_lock = threading.Lock()
+        self._state: dict[type, Any] = {}
+        self._state_lock = threading.Lock()
 
     # -- opening ----------------------------------------------------------------
     @classmethod
@@ -179,6 +193,7 @@ class Store:
             store = cls(resolved, _connect(resolved))
             try:
                 store._migrate(create)
+                store._recover_audit()
                 store._install_udfs()
             except BaseException:
                 store._con.close()
@@ -268,6 +283,15 @@ class Store:
                     cur.execute("INSERT INTO dpsql.meta VALUES ('secret', ?), ('created_at', ?)",
                                 [secrets.token_hex(32), now().isoformat()])
 
+    def _recover_audit(self) -> None:
+        """Audit rows for charges whose row the last process did not live to write."""
+        with self.transaction() as cur:
+            cur.execute(
+                "INSERT INTO dpsql.audit SELECT c.audit_id, c.ts, c.user_name, c.dataset, "
+                "coalesce(c.action, 'query'), c.statement, c.kind, c.units, c.infinite, "
+                "'charged', 'the process ended before the outcome was recorded', c.fingerprint "
+                "FROM dpsql.charges c ANTI JOIN dpsql.audit a ON a.id = c.audit_id")
+
     def _install_udfs(self) -> None:
         """(Re)create the SQL macros shipped in ``dpsql/udfs/*.sql`` (schema ``udfs``)."""
         folder = resources.files("dpsql").joinpath("udfs")
@@ -302,11 +326,38 @@ class Store:
         cur.execute("COMMIT")
         cur.close()
 
-    def next_id(self, cur: duckdb.DuckDBPyConnection) -> int:
+    def state(self, kind: type[T]) -> T:
+        """This open store's one ``kind()``, made on first use.
+
+        For what other modules keep about an open store in memory (running
+        totals, plans): it lives as long as the store stays open in this process.
+        """
+        with self._state_lock:
+            found = self._state.get(kind)
+            if found is None:
+                found = self._state[kind] = kind()
+            return found
+
+    def next_id(self, cur: duckdb.DuckDBPyConnection | None = None) -> int:
         """A fresh event id (audit, charges, grants share one sequence)."""
-        row = cur.execute("SELECT nextval('dpsql.event_ids')").fetchone()
-        assert row is not None
-        return int(row[0])
+        return self.next_ids(1)[0]
+
+    def next_ids(self, count: int) -> list[int]:
+        """``count`` fresh, increasing event ids.
+
+        Drawn from a block reserved from the store's sequence ahead of time (one
+        statement per ``_ID_BLOCK`` ids instead of one per id). Ids stay unique and
+        increasing: this process is the file's only writer and draws every id here;
+        a block left unused when the process ends is a gap, nothing more.
+        """
+        with self._ids_lock:
+            while len(self._ids) < count:
+                rows = self._con.cursor().execute(
+                    "SELECT nextval('dpsql.event_ids') FROM range(?)",
+                    [max(_ID_BLOCK, count)]).fetchall()
+                self._ids.extend(sorted(int(r[0]) for r in rows))
+            out, self._ids[:count] = self._ids[:count], []
+            return out
 
     # -- state ------------------------------------------------------------------------
     @property
@@ -334,8 +385,15 @@ class Store:
         return {r[0]: r[1] for r in rows}
 
     def import_table(self, name: str, path: str | Path, *, na: str | None = None,
-                     normalize: bool = True, replace: bool = False) -> dict[str, str]:
-        """Import a CSV/Parquet file as sensitive table ``name``; returns renamed columns."""
+                     normalize: bool = True, replace: bool = False,
+                     bounds: Mapping[str, tuple[float, float]] | None = None) -> dict[str, str]:
+        """Import a CSV/Parquet file as sensitive table ``name``; returns renamed columns.
+
+        ``bounds`` (column -> declared bounds, from the policy): each numeric column
+        whose values all lie inside its bounds gets them as a CHECK constraint, so the
+        table can never hold a value outside them and DP queries need not clamp it
+        (:func:`enforced_bounds`). Columns that do not fit are imported as they are.
+        """
         check_identifier(name, "table name")
         data = read_file(path, na=na)
         renames: dict[str, str] = {}
@@ -352,7 +410,14 @@ class Store:
                 raise ConfigurationError(f"table {name!r} already exists; pass --replace to "
                                          "overwrite it")
             cur.register("_dpsql_import", data)
-            cur.execute(f'CREATE OR REPLACE TABLE main."{name}" AS SELECT * FROM _dpsql_import')
+            source = cur.sql("SELECT * FROM _dpsql_import")
+            types = {c: str(t) for c, t in zip(source.columns, source.types, strict=True)}
+            checks = _bounds_that_hold(cur, "_dpsql_import", types, bounds or {})
+            columns = ", ".join(
+                f"{quote(c)} {t}" + (f" CHECK ({checks[c]})" if c in checks else "")
+                for c, t in types.items())
+            cur.execute(f"CREATE OR REPLACE TABLE main.{quote(name)} ({columns})")
+            cur.execute(f"INSERT INTO main.{quote(name)} SELECT * FROM _dpsql_import")
             cur.unregister("_dpsql_import")
         return renames
 
@@ -462,6 +527,35 @@ class Store:
         ).fetchall()
         keys = ("version", "fingerprint", "applied_by", "applied_at", "changes")
         return [dict(zip(keys, r, strict=False)) for r in rows]
+
+
+#: Column types whose values a CHECK (col BETWEEN lo AND hi) bounds exactly (NaN and
+#: infinities fail it). FLOAT compares in single precision, wide decimals and HUGEINT
+#: are read through casts: those are always clamped instead.
+BOUNDABLE_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
+                   "UINTEGER", "DOUBLE")
+
+
+def _bounds_that_hold(cur: duckdb.DuckDBPyConnection, relation: str, types: Mapping[str, str],
+                      bounds: Mapping[str, tuple[float, float]]) -> dict[str, str]:
+    """CHECK expressions for the columns of ``relation`` whose values fit their bounds."""
+    candidates = {c: b for c, b in bounds.items() if types.get(c, "").upper() in BOUNDABLE_TYPES}
+    if not candidates:
+        return {}
+    checks = {c: f"{quote(c)} BETWEEN {_bound_literal(lo)} AND {_bound_literal(hi)}"
+              for c, (lo, hi) in candidates.items()}
+    fits = cur.execute("SELECT " + ", ".join(
+        f"coalesce(bool_and({quote(c)} IS NULL OR {check}), TRUE)"
+        for c, check in checks.items()) + f" FROM {relation}").fetchone()
+    assert fits is not None
+    return {c: check for (c, check), ok in zip(checks.items(), fits, strict=True) if ok}
+
+
+def _bound_literal(value: float) -> str:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ConfigurationError(f"bound {value} is not finite")
+    return str(int(number)) if number == int(number) and abs(number) < 2**53 else repr(number)
 
 
 def _statements(script: str) -> list[str]:

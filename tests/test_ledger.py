@@ -245,3 +245,49 @@ def test_one_group_commit_of_many_long_statements(make_store):
         audit = alice.ledger.audit("alice")
         assert len(audit) == 50
         assert all(len(r["statement"]) == 10_000 for r in audit)
+
+
+def test_standing_kept_in_memory_matches_the_ledger_tables(make_store):
+    path = make_store(policy_text(budget="{epsilon: 10}", user_budget="{epsilon: 1}"))
+    first, second = dpsql.connect(path, "alice"), dpsql.connect(path, "admin")
+    assert first.store is second.store  # one open store per process: one standing
+    cost = PrivacyCost.pure("0.3")
+    outcomes = []
+    for ledger in (first.ledger, second.ledger) * 3:  # two sessions take turns
+        try:
+            ledger.charge("alice", "adult", cost, "turn")
+            outcomes.append("ok")
+        except BudgetExceeded:
+            outcomes.append("refused")
+    second.ledger.grant("admin", "alice", "adult", PrivacyCost.pure("0.5"))
+    first.ledger.charge("alice", "adult", cost, "after the grant")
+    kept = first.ledger.budget("alice", "adult")
+    first.close()
+    second.close()
+    with dpsql.connect(path, "alice") as reopened:  # read afresh from the tables
+        assert reopened.ledger.budget("alice", "adult") == kept
+    assert outcomes == ["ok", "ok", "ok", "refused", "refused", "refused"]
+    assert kept.spent == PrivacyCost.pure("1.2")
+
+
+def test_audit_row_rebuilt_when_the_process_dies_before_writing_it(store_path):
+    code = textwrap.dedent(f"""
+        import os, signal, dpsql
+        s = dpsql.connect({str(store_path)!r}, "alice")
+        charge = s.ledger.charge("alice", "adult", s.cost(epsilon="0.5"), "SELECT 42",
+                                 caller_audits=True)
+        print(charge.id, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == -signal.SIGKILL
+    with dpsql.connect(store_path, "alice") as alice:
+        entry = alice.audit(last=1)[0]
+        assert entry["id"] == int(result.stdout.split()[0])
+        assert (entry["statement"], entry["outcome"]) == ("SELECT 42", "charged")
+        assert "process ended" in entry["reason"]
+        assert entry["cost"] == alice.cost(epsilon="0.5")
+        later = alice.ledger.charge("alice", "adult", alice.cost(epsilon="0.1"), "later")
+        assert later.id > entry["id"]  # ids keep increasing across processes
