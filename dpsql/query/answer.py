@@ -37,7 +37,8 @@ from dpsql.query.options import (
     set_option,
 )
 from dpsql.query.parse import plan_query
-from dpsql.query.plan import Context, calibrate, expand_public_keys, to_sql
+from dpsql.query.plan import Context, calibrate, clamped_columns, expand_public_keys, to_sql
+from dpsql.query.plancache import Entry, plans_of
 from dpsql.query.post import answer_table, base_table
 from dpsql.query.released import check_released, reads_released
 from dpsql.query.statement import (
@@ -121,6 +122,9 @@ def run_statement(session: Session, text: str) -> Answer:
     policy = session.policy
     call = _Call(session, policy, Ledger(session.store, policy), engine_for(session))
     try:
+        entry = _reused(call, text)
+        if entry is not None:  # planned before: a DP query (same text, policy and schema)
+            return _dp(call, entry, text)
         statement = classify(text)
         if isinstance(statement, SetStatement):
             set_option(session.options, statement.name, statement.value)
@@ -182,7 +186,7 @@ def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
         return Answer(table, "budget", call.zero, status=f"SELECT {table.num_rows}")
     if reads_released(ast) or ast.find(exp.From) is None:
         return _released(call, ast, text)
-    return _dp(call, ast, text)
+    return _dp(call, _planned(call, ast, text), text)
 
 
 def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
@@ -211,28 +215,53 @@ class _Prepared:
     key: str
 
 
-def _prepare(call: _Call, ast: exp.Expr, text: str) -> _Prepared:
-    """Everything up to the charge: validate, price, calibrate and generate the SQL."""
+def _planned(call: _Call, ast: exp.Expr, text: str) -> Entry:
+    """Validate a DP query into a plan and keep it for the next time ``text`` arrives."""
     types: dict[str, dict[str, str]] = {}
 
     def types_of(dataset: Dataset) -> dict[str, str]:
         if dataset.table not in types:
-            try:
-                types[dataset.table] = call.engine.column_types(dataset.table)
-            except EngineError as err:
-                raise InternalError(f"the table of dataset {dataset.name} cannot be read; "
-                                    "ask an administrator to check the store") from err
+            types[dataset.table] = _column_types(call, dataset)
         return types[dataset.table]
 
     plan = plan_query(ast, text, call.policy, types_of)
     if not plan.measures:
         raise reject(text, "a DP query needs at least one aggregate", ast,
                      construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
+    entry = Entry(plan, types_of(plan.dataset))
+    plans_of(call.session.store).put(text, call.policy.fingerprint, entry)
+    return entry
+
+
+def _reused(call: _Call, text: str) -> Entry | None:
+    """The plan of ``text`` made earlier under this policy, if its table kept its types."""
+    entry = plans_of(call.session.store).get(text, call.policy.fingerprint)
+    if entry is None or _column_types(call, entry.plan.dataset) != entry.types:
+        return None
+    return entry
+
+
+def _column_types(call: _Call, dataset: Dataset) -> dict[str, str]:
+    try:
+        return call.engine.column_types(dataset.table)
+    except EngineError as err:
+        raise InternalError(f"the table of dataset {dataset.name} cannot be read; "
+                            "ask an administrator to check the store") from err
+
+
+def _prepare(call: _Call, entry: Entry) -> _Prepared:
+    """Everything up to the charge: price, calibrate and generate the SQL."""
+    plan = entry.plan
     cost = query_cost(call.policy, plan.dataset, call.session.options, plan.options or {})
-    ctx = Context(cache.secret(call.session.store), types_of(plan.dataset), exact=cost.infinite)
+    clamped = clamped_columns(plan)
+    enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
+                if c in clamped} if clamped else {}
+    ctx = Context(cache.secret(call.session.store), entry.types, exact=cost.infinite,
+                  enforced=enforced)
     noises = calibrate(plan, cost, call.policy.accounting, ctx)
     key = cache.cache_key(call.user, call.policy.fingerprint, plan, cost)
-    return _Prepared(plan, cost, noises, to_sql(plan, ctx), key)
+    sql = entry.generated((ctx.exact, enforced), lambda: to_sql(plan, ctx))
+    return _Prepared(plan, cost, noises, sql, key)
 
 
 def _bind(call: _Call, prepared: _Prepared) -> Prepared:
@@ -244,8 +273,8 @@ def _bind(call: _Call, prepared: _Prepared) -> Prepared:
                             "bug in dpsql, please report it with your query") from err
 
 
-def _dp(call: _Call, ast: exp.Expr, text: str) -> Answer:
-    prepared = _prepare(call, ast, text)
+def _dp(call: _Call, entry: Entry, text: str) -> Answer:
+    prepared = _prepare(call, entry)
     plan, store, policy = prepared.plan, call.session.store, call.policy
     dataset = plan.dataset.name
     stored = cache.lookup(store, prepared.key)
@@ -260,7 +289,7 @@ def _dp(call: _Call, ast: exp.Expr, text: str) -> Answer:
                        notice, True, audit)
     bound = _bind(call, prepared)
     try:
-        charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
+        charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
     except BaseException:
         bound.close()
         raise
@@ -269,10 +298,10 @@ def _dp(call: _Call, ast: exp.Expr, text: str) -> Answer:
         noisy = [n.apply(d) for n, d in zip(prepared.noises, dense, strict=True)]
         noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
                            charge.id, prepared.noises, noisy,
-                           lambda cur: call.ledger.finish(charge.id, "answered", cursor=cur))
+                           lambda cur: call.ledger.close(charge, "answered", cursor=cur))
     except BaseException as err:
-        call.ledger.finish(charge.id, "failed", reason="the generated query did not "
-                           "complete; the charge stands")
+        call.ledger.close(charge, "failed", reason="the generated query did not "
+                          "complete; the charge stands")
         if isinstance(err, DPSQLError):
             raise
         raise InternalError("the query failed after it was charged; this is a bug in dpsql, "
@@ -324,7 +353,7 @@ def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
 
 
 def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
-    prepared = _prepare(call, ast, inner)
+    prepared = _prepare(call, _planned(call, ast, inner))
     _bind(call, prepared).close()
     plan, policy = prepared.plan, call.policy
     level = confidence(call.session.options) or DEFAULT_CONFIDENCE

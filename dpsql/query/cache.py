@@ -50,6 +50,8 @@ def lookup(store: Store, key: str) -> CachedAnswer | None:
         waiting = _pending.get(store, {}).get(key)
     if waiting is not None:
         return waiting
+    if not store.state(_KnownKeys).may_hold(store, key):
+        return None
     row = store.cursor().execute(
         "SELECT audit_id, noise, measures FROM dpsql.query_cache WHERE key = ?", [key]
     ).fetchone()
@@ -83,14 +85,17 @@ def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, a
         if also is not None:  # this request was charged too: its audit row still closes
             store.defer(also)
         return twin.measures
-    table = pa.table({f"m{j}": pa.array(m, type=pa.int64()) for j, m in enumerate(measures)})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    row = [key, user, plan.dataset.name, fingerprint, audit_id, now(), plan.normalized(),
-           json.dumps([n.to_json() for n in noises]), sink.getvalue().to_pybytes()]
+    store.state(_KnownKeys).add(key)
+    created = now()
 
-    def write(cur: duckdb.DuckDBPyConnection) -> None:
+    def write(cur: duckdb.DuckDBPyConnection) -> None:  # serialized here, off the answer path
+        table = pa.table({f"m{j}": pa.array(m, type=pa.int64())
+                          for j, m in enumerate(measures)})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        row = [key, user, plan.dataset.name, fingerprint, audit_id, created, plan.normalized(),
+               json.dumps([n.to_json() for n in noises]), sink.getvalue().to_pybytes()]
         cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT DO NOTHING", row)
         if also is not None:
@@ -107,6 +112,39 @@ def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, a
 _pending: weakref.WeakKeyDictionary[Store, dict[str, CachedAnswer]] = \
     weakref.WeakKeyDictionary()
 _pending_lock = threading.Lock()
+
+
+class _KnownKeys:
+    """The first 64 bits of every stored key, so a new query's miss needs no query.
+
+    Read from the table on first use, then kept current by :func:`save`
+    (this process is the file's only writer; a key is added before its write
+    is queued, so none can slip between the read and the set). A prefix that is
+    absent proves the key absent; a present one is confirmed against the table.
+    """
+
+    def __init__(self) -> None:
+        self.prefixes: set[int] = set()
+        self.loaded = False
+        self.lock = threading.Lock()
+
+    def may_hold(self, store: Store, key: str) -> bool:
+        with self.lock:
+            if not self.loaded:
+                rows = store.cursor().execute("SELECT key FROM dpsql.query_cache").fetchall()
+                self.prefixes.update(_prefix(r[0]) for r in rows)
+                self.loaded = True
+            return _prefix(key) in self.prefixes
+
+    def add(self, key: str) -> None:
+        with self.lock:
+            self.prefixes.add(_prefix(key))
+
+
+def _prefix(key: str) -> int:
+    return int(key[:16], 16)
+
+
 _SECRETS: weakref.WeakKeyDictionary[Store, str] = weakref.WeakKeyDictionary()
 
 

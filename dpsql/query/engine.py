@@ -10,10 +10,15 @@ accounting and the ledger stay in dpsql whatever runs the aggregation.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from fractions import Fraction
+from functools import lru_cache
 from typing import Protocol
 
 import duckdb
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 from dpsql.domain import quote
@@ -50,16 +55,28 @@ class Engine(Protocol):
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> database type of a sensitive table (schema only, no rows)."""
 
+    def enforced_bounds(self, table: str) -> dict[str, tuple[Fraction, Fraction]]:
+        """Column -> [lo, hi] that the database itself keeps every non-NULL value in.
+
+        Schema facts only (constraints), never read from the rows; an engine that
+        cannot tell returns {} and every value is clamped.
+        """
+
 
 class _DuckDBPrepared:
+    """A bound query (``relation``), or one that bound before and binds again as it runs."""
+
     def __init__(self, cursor: duckdb.DuckDBPyConnection,
-                 relation: duckdb.DuckDBPyRelation) -> None:
+                 relation: duckdb.DuckDBPyRelation | None = None, text: str = "") -> None:
         self._cursor = cursor
         self._relation = relation
+        self._text = text
 
     def run(self) -> pa.Table:
         try:
-            return self._relation.to_arrow_table()
+            relation = self._relation if self._relation is not None \
+                else self._cursor.sql(self._text)
+            return relation.to_arrow_table()
         except duckdb.Error as err:
             raise EngineError(str(err).splitlines()[0]) from err
         finally:
@@ -69,6 +86,25 @@ class _DuckDBPrepared:
         self._cursor.close()
 
 
+class _Bound:
+    """Queries (by object) this store has rendered and bound: the plan cache reuses them."""
+
+    def __init__(self) -> None:
+        self.texts: OrderedDict[int, tuple[exp.Expr, str]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, query: exp.Expr) -> str | None:
+        with self.lock:
+            known = self.texts.get(id(query))
+            return known[1] if known is not None and known[0] is query else None
+
+    def add(self, query: exp.Expr, text: str) -> None:
+        with self.lock:  # holds the query, so its id cannot be reused while listed
+            self.texts[id(query)] = (query, text)
+            while len(self.texts) > 512:
+                self.texts.popitem(last=False)
+
+
 class DuckDBEngine:
     """Runs queries on a store's hardened DuckDB connection (one cursor per query)."""
 
@@ -76,23 +112,66 @@ class DuckDBEngine:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._bound = store.state(_Bound)
 
     def render(self, query: exp.Expr) -> str:
         """The query as DuckDB SQL."""
         return query.sql(dialect=self.dialect)
 
     def prepare(self, query: exp.Expr) -> Prepared:
-        """Bind the query (a DuckDB relation is lazy: nothing runs until ``run``)."""
+        """Bind the query (a DuckDB relation is lazy: nothing runs until ``run``).
+
+        The same query object bound before is not bound twice: the schema it was
+        bound against is checked by the caller (the plan cache compares column
+        types), so it binds again when it runs.
+        """
         cursor = self.store.analyst_cursor()
+        text = self._bound.get(query)
+        if text is not None:
+            return _DuckDBPrepared(cursor, text=text)
+        text = self.render(query)
         try:
-            return _DuckDBPrepared(cursor, cursor.sql(self.render(query)))
+            prepared = _DuckDBPrepared(cursor, cursor.sql(text))
         except duckdb.Error as err:
             cursor.close()
             raise EngineError(str(err).splitlines()[0]) from err
+        self._bound.add(query, text)
+        return prepared
 
     def execute(self, query: exp.Expr) -> pa.Table:
-        """Bind and run ``query``."""
-        return self.prepare(query).run()
+        """Bind and run ``query`` (not remembered: for one-off queries)."""
+        cursor = self.store.analyst_cursor()
+        try:
+            relation = cursor.sql(self.render(query))
+        except duckdb.Error as err:
+            cursor.close()
+            raise EngineError(str(err).splitlines()[0]) from err
+        return _DuckDBPrepared(cursor, relation).run()
+
+    def enforced_bounds(self, table: str) -> dict[str, tuple[Fraction, Fraction]]:
+        """Bounds from the table's ``CHECK (col BETWEEN lo AND hi)`` constraints.
+
+        DuckDB checks them on every insert and update, and NaN and infinities fail
+        them, so a column listed here never holds a value outside its range. Any
+        other form of CHECK is ignored (the column is then clamped as usual).
+        """
+        cursor = self.store.analyst_cursor()
+        try:
+            rows = cursor.execute(
+                "SELECT expression FROM duckdb_constraints() WHERE schema_name = 'main' "
+                "AND table_name = ? AND constraint_type = 'CHECK'", [table]).fetchall()
+        finally:
+            cursor.close()
+        out: dict[str, tuple[Fraction, Fraction]] = {}
+        for (expression,) in rows:
+            found = between_bounds(expression)
+            if found is None:
+                continue
+            column, lo, hi = found
+            if column in out:  # several checks: each holds, so their intersection does
+                lo, hi = max(lo, out[column][0]), min(hi, out[column][1])
+            out[column] = (lo, hi)
+        return out
 
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type, from binding ``SELECT *`` (no rows are read)."""
@@ -105,3 +184,40 @@ class DuckDBEngine:
             raise EngineError(str(err).splitlines()[0]) from err
         finally:
             cursor.close()
+
+
+@lru_cache(maxsize=256)
+def between_bounds(expression: str) -> tuple[str, Fraction, Fraction] | None:
+    """``(col BETWEEN lo AND hi)`` with numeric literals -> (col, lo, hi); else None."""
+    try:
+        node = sqlglot.parse_one(expression, read="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return None
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Between) or not isinstance(node.this, exp.Column) \
+            or node.this.table:
+        return None
+    lo, hi = _number(node.args.get("low")), _number(node.args.get("high"))
+    if lo is None or hi is None:
+        return None
+    return node.this.name, lo, hi
+
+
+def _number(node: exp.Expr | None) -> Fraction | None:
+    """The exact value of a numeric literal (possibly negated or parenthesized).
+
+    Casts are not read through: a cast can round (CAST(2.7 AS INTEGER) is 3).
+    """
+    sign = 1
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        if isinstance(node, exp.Neg):
+            sign = -sign
+        node = node.this
+    if not isinstance(node, exp.Literal) or node.is_string:
+        return None
+    try:
+        value = Fraction(node.this)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return sign * value

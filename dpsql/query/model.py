@@ -15,8 +15,11 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
+import numpy as np
+import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.policy import Dataset
@@ -136,12 +139,30 @@ class QueryPlan:
         """Number of public cells (product of the key set sizes; 1 without GROUP BY)."""
         return math.prod(k.size for k in self.keys)
 
+    @cached_property
+    def key_arrays(self) -> tuple[pa.Array, ...]:
+        """The public key value of every cell, per key (first key slowest).
+
+        Public, so built once per plan: a repeated query reuses its plan.
+        """
+        cells, stride = self.cells, self.cells
+        arrays = []
+        for key in self.keys:
+            stride //= key.size
+            codes = (np.arange(cells, dtype=np.int64) // stride) % key.size
+            arrays.append(pa.array(list(key.values)).take(pa.array(codes)))
+        return tuple(arrays)
+
     def normalized(self) -> str:
         """The measurement part of the plan as canonical text.
 
         Two plans with the same text measure the same thing; post-processing
         (outputs, HAVING, ORDER BY, LIMIT) is not part of it.
         """
+        return self._normalized
+
+    @cached_property
+    def _normalized(self) -> str:
         return json.dumps({
             "dataset": self.dataset.name,
             "keys": [k.signature() for k in self.keys],
