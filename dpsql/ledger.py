@@ -357,10 +357,12 @@ class _Request:
 def _commit_batch(store: Store, batch: list[_Request]) -> None:
     """Debit a batch of requests in order with one durable INSERT (caller holds store.lock).
 
-    The charges are committed when this returns. The requests' audit rows
-    (charged or refused) follow on the store's writer thread, off the answer
-    path; if the process ends first, reopening the store rebuilds them from the
-    charges, which carry their request (:meth:`dpsql.store.Store.open`).
+    The charges are committed when this returns, and so are the audit rows of
+    refused requests (nothing else would record them). The audit rows of
+    charged requests follow on the store's writer thread (or from the caller,
+    with ``caller_audits``), off the answer path; if the process ends first,
+    reopening the store rebuilds them from the charges, which carry their
+    request (:meth:`dpsql.store.Store.open`).
     """
     cur = store.cursor()
     user_extra: dict[tuple[str, str], PrivacyCost] = {}
@@ -404,7 +406,19 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
             if request.caller_audits:
                 audit_row = tuple(audit_rows.pop())
             request.result = Charge(event, cost, after.remaining, audit_row)
-        _insert(cur, _CHARGES, charge_rows)  # one statement, committed on its own
+        kept = _standings_of(store)
+        counted = False
+        try:
+            _insert(cur, _CHARGES, charge_rows)  # one statement, committed on its own
+            for request in batch:
+                if request.result is not None:
+                    kept.add("charge", request.dataset, request.user, request.cost)
+            counted = True
+        finally:
+            if not counted:  # interrupted: the INSERT may have committed, so read it again
+                for request in batch:
+                    kept.forget(request.dataset)
+        _insert(cur, "dpsql.audit", [r for r in audit_rows if r[9] == "refused"])
     except BaseException as err:
         for request in batch:
             request.result, request.error = None, err
@@ -413,12 +427,9 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
         cur.close()
         for request in batch:
             request.finished = True
-    kept = _standings_of(store)
-    for request in batch:
-        if request.result is not None:
-            kept.add("charge", request.dataset, request.user, request.cost)
-    if audit_rows:
-        store.defer(lambda c: _insert(c, "dpsql.audit", audit_rows))
+    charged = [r for r in audit_rows if r[9] != "refused"]
+    if charged:
+        store.defer(lambda c: _insert(c, "dpsql.audit", charged))
 
 
 _CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, fingerprint, "

@@ -28,6 +28,8 @@ Number = int | float | str | Fraction | Decimal
 
 QUANTUM = Fraction(1, 10**18)
 _PER_UNIT = 10**18
+#: The largest single cost the ledger records (its units column is a 128-bit integer).
+MAX_UNITS = 10**36
 
 
 def to_fraction(value: Number, what: str = "value") -> Fraction:
@@ -350,14 +352,20 @@ def budget_cost(
             raise ConfigurationError("a pure-DP policy counts epsilon; rho needs accounting: zcdp")
         if delta not in (None, 0):
             raise ConfigurationError("a pure-DP policy has no delta; remove delta or use zcdp")
-        return PrivacyCost.pure(check_epsilon(amount))
-    if rho is not None:
+        cost = PrivacyCost.pure(check_epsilon(amount))
+    elif rho is not None:
         if (isinstance(rho, float) and math.isnan(rho)) or to_fraction(rho, "rho") <= 0:
             raise ConfigurationError(f"rho must be > 0, got {rho}")
-        return PrivacyCost.zcdp(rho)
-    if delta is None:
+        cost = PrivacyCost.zcdp(rho)
+    elif delta is None:
         raise ConfigurationError("under zCDP accounting an epsilon needs a delta (e.g. 1e-6)")
-    return rho_from_epsilon_delta(amount, delta)
+    else:
+        cost = rho_from_epsilon_delta(amount, delta)
+    if cost.units > MAX_UNITS:
+        name = "epsilon" if epsilon is not None else "rho"
+        raise ConfigurationError(f"{name} {amount} is too large to record; the ledger holds "
+                                 f"amounts up to {MAX_UNITS // _PER_UNIT:.0e}")
+    return cost
 
 
 # -- mechanisms: sensitivity + scale -> cost ----------------------------------

@@ -184,9 +184,12 @@ def connect(path: str | Path, user: str) -> Session:
 
 def init(path: str | Path, policy: Policy | str | Path,
          imports: Mapping[str, str | Path] | None = None, *, na: str | None = None,
-         normalize: bool = True, admin: str | None = None) -> tuple[Store, list[str]]:
+         normalize: bool = True, admin: str | None = None,
+         enforce_bounds: bool = False) -> tuple[Store, list[str]]:
     """Create a store, import tables and apply the first policy.
 
+    With ``enforce_bounds`` the policy's numeric bounds become CHECK constraints
+    of the imported tables (every value must fit; DP queries then skip clamping).
     Returns the open store and notes. Nothing is left behind if any step fails.
     """
     if not isinstance(policy, Policy):
@@ -199,7 +202,8 @@ def init(path: str | Path, policy: Policy | str | Path,
         notes = []
         for table, file in (imports or {}).items():
             bounds = {c.name: c.bounds for ds in policy.datasets.values() if ds.table == table
-                      for c in ds.columns.values() if c.numeric and c.bounds is not None}
+                      for c in ds.columns.values() if c.numeric and c.bounds is not None
+                      } if enforce_bounds else {}
             renames = store.import_table(table, file, na=na, normalize=normalize, bounds=bounds)
             if renames:
                 notes.append(f"{table}: renamed columns " + ", ".join(

@@ -389,10 +389,13 @@ class Store:
                      bounds: Mapping[str, tuple[float, float]] | None = None) -> dict[str, str]:
         """Import a CSV/Parquet file as sensitive table ``name``; returns renamed columns.
 
-        ``bounds`` (column -> declared bounds, from the policy): each numeric column
-        whose values all lie inside its bounds gets them as a CHECK constraint, so the
-        table can never hold a value outside them and DP queries need not clamp it
-        (:func:`enforced_bounds`). Columns that do not fit are imported as they are.
+        ``bounds`` (column -> declared bounds, from the policy) are enforced: each
+        such column of an integer type or DOUBLE gets a CHECK constraint, so the
+        table can never hold a value outside its bounds and DP queries need not
+        clamp it (:meth:`dpsql.query.engine.DuckDBEngine.enforced_bounds`). A value
+        outside its bounds refuses the import. Whether a column is enforced is thus
+        the administrator's choice, never a fact about the rows (it shows in query
+        times).
         """
         check_identifier(name, "table name")
         data = read_file(path, na=na)
@@ -412,7 +415,7 @@ class Store:
             cur.register("_dpsql_import", data)
             source = cur.sql("SELECT * FROM _dpsql_import")
             types = {c: str(t) for c, t in zip(source.columns, source.types, strict=True)}
-            checks = _bounds_that_hold(cur, "_dpsql_import", types, bounds or {})
+            checks = _enforced_checks(cur, "_dpsql_import", types, bounds or {}, path)
             columns = ", ".join(
                 f"{quote(c)} {t}" + (f" CHECK ({checks[c]})" if c in checks else "")
                 for c, t in types.items())
@@ -536,9 +539,10 @@ BOUNDABLE_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMA
                    "UINTEGER", "DOUBLE")
 
 
-def _bounds_that_hold(cur: duckdb.DuckDBPyConnection, relation: str, types: Mapping[str, str],
-                      bounds: Mapping[str, tuple[float, float]]) -> dict[str, str]:
-    """CHECK expressions for the columns of ``relation`` whose values fit their bounds."""
+def _enforced_checks(cur: duckdb.DuckDBPyConnection, relation: str, types: Mapping[str, str],
+                     bounds: Mapping[str, tuple[float, float]], source: str | Path
+                     ) -> dict[str, str]:
+    """CHECK expressions for the bounded columns of ``relation`` (all must fit)."""
     candidates = {c: b for c, b in bounds.items() if types.get(c, "").upper() in BOUNDABLE_TYPES}
     if not candidates:
         return {}
@@ -548,14 +552,21 @@ def _bounds_that_hold(cur: duckdb.DuckDBPyConnection, relation: str, types: Mapp
         f"coalesce(bool_and({quote(c)} IS NULL OR {check}), TRUE)"
         for c, check in checks.items()) + f" FROM {relation}").fetchone()
     assert fits is not None
-    return {c: check for (c, check), ok in zip(checks.items(), fits, strict=True) if ok}
+    outside = [c for c, ok in zip(checks, fits, strict=True) if not ok]
+    if outside:
+        raise ConfigurationError(
+            f"{source}: column(s) {', '.join(outside)} hold values outside their policy "
+            "bounds, which cannot be enforced; widen the bounds, or import without "
+            "enforcing them (every query then clamps the values)")
+    return checks
 
 
 def _bound_literal(value: float) -> str:
+    """A bound as an exact SQL literal (integers in full, so a BIGINT compares exactly)."""
     number = float(value)
     if not math.isfinite(number):
         raise ConfigurationError(f"bound {value} is not finite")
-    return str(int(number)) if number == int(number) and abs(number) < 2**53 else repr(number)
+    return str(int(number)) if number.is_integer() else repr(number)
 
 
 def _statements(script: str) -> list[str]:

@@ -29,7 +29,10 @@ def show(title: str, answer: Any) -> None:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dpsql-example-") as tmp:
         path = Path(tmp) / "adult.duckdb"
-        store, _ = dpsql.init(path, DATA / "adult.yaml", {"adult": DATA / "adult_sample.csv"})
+        # enforce_bounds: the policy's numeric bounds become CHECK constraints of the
+        # table (every value must fit), so DP sums need not clamp row by row.
+        store, _ = dpsql.init(path, DATA / "adult.yaml", {"adult": DATA / "adult_sample.csv"},
+                              enforce_bounds=True)
         store.close()
 
         with dpsql.connect(path, "alice") as alice:

@@ -12,6 +12,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
+import dpsql
+
 from .conftest import ADULT_POLICY, ADULT_SAMPLE
 
 
@@ -76,6 +78,26 @@ def test_init_budget_grant_audit_round_trip(tmp_path):
     table = run("budget", "show", "--user", "bob", db=db)
     assert "bob" in table.stdout
     assert "remaining" in table.stdout
+
+
+def test_init_enforce_bounds(tmp_path):
+    db = tmp_path / "e.duckdb"
+    result = run("init", str(db), "--policy", str(ADULT_POLICY), "--import",
+                 f"adult={ADULT_SAMPLE}", "--enforce-bounds")
+    assert result.returncode == 0, result.stderr
+    with dpsql.connect(db, "admin") as admin:
+        checks = admin.store.cursor().execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE table_name = 'adult' "
+            "AND constraint_type = 'CHECK'").fetchone()
+    assert checks == (5,)  # age, education_num, capital_gain, capital_loss, hours_per_week
+    outlier = tmp_path / "outlier.csv"
+    lines = ADULT_SAMPLE.read_text().splitlines()
+    outlier.write_text("\n".join([lines[0], "200" + lines[1][lines[1].index(","):]]) + "\n")
+    refused = run("init", str(tmp_path / "o.duckdb"), "--policy", str(ADULT_POLICY),
+                  "--import", f"adult={outlier}", "--enforce-bounds")
+    assert refused.returncode == 8
+    assert "age hold values outside" in refused.stderr
+    assert not (tmp_path / "o.duckdb").exists()
 
 
 def test_exit_codes_per_error_class(tmp_path, store_path):

@@ -291,3 +291,41 @@ def test_audit_row_rebuilt_when_the_process_dies_before_writing_it(store_path):
         assert entry["cost"] == alice.cost(epsilon="0.5")
         later = alice.ledger.charge("alice", "adult", alice.cost(epsilon="0.1"), "later")
         assert later.id > entry["id"]  # ids keep increasing across processes
+
+
+def test_refusals_are_recorded_before_the_refusal_returns(store_path):
+    code = textwrap.dedent(f"""
+        import os, dpsql
+        from dpsql.errors import BudgetExceeded
+        s = dpsql.connect({str(store_path)!r}, "bob")
+        try:
+            s.ledger.charge("bob", "adult", s.cost(epsilon="5"), "too much")
+        except BudgetExceeded:
+            os._exit(0)  # no flush, no close
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 0, result.stderr
+    with dpsql.connect(store_path, "bob") as bob:
+        entry = bob.audit(last=1)[0]
+        assert (entry["statement"], entry["outcome"]) == ("too much", "refused")
+
+
+def test_an_interrupted_charge_is_counted_from_the_ledger(make_store, monkeypatch):
+    from dpsql import ledger as ledger_module
+
+    path = make_store(policy_text())
+    with dpsql.connect(path, "alice") as alice:
+        alice.ledger.budget("alice", "adult")  # the totals are now kept in memory
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt  # e.g. Ctrl-C in a notebook, after the INSERT
+
+        monkeypatch.setattr(ledger_module._Standings, "add", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.6"), "interrupted")
+        monkeypatch.undo()
+        assert alice.ledger.budget("alice", "adult").spent == PrivacyCost.pure("0.6")
+        with pytest.raises(BudgetExceeded):
+            alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.6"), "one too many")

@@ -35,15 +35,19 @@ def _imports(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--na", default=None, metavar="STR", help="Read this string as NULL (e.g. N).")
 @click.option("--keep-names", is_flag=True,
               help="Keep column names as in the file (default: lower-case identifiers).")
+@click.option("--enforce-bounds", is_flag=True,
+              help="Make the policy's numeric bounds CHECK constraints of the imported "
+                   "tables: every value must fit, and DP queries skip clamping (faster).")
 @json_option
 def init_cmd(db: str, policy_path: str, imports: tuple[str, ...], na: str | None,
-             keep_names: bool, as_json: bool) -> None:
+             keep_names: bool, enforce_bounds: bool, as_json: bool) -> None:
     """Create the store DB, import sensitive tables and apply the first policy.
 
     Example: dpsql init adult.duckdb --policy policies/adult.yaml --import adult=adult.csv
     """
     policy = Policy.load(policy_path)
-    store, notes = init(db, policy, _imports(imports), na=na, normalize=not keep_names)
+    store, notes = init(db, policy, _imports(imports), na=na, normalize=not keep_names,
+                        enforce_bounds=enforce_bounds)
     tables = store.tables()
     store.close()
     if as_json:

@@ -122,6 +122,14 @@ def run_statement(session: Session, text: str) -> Answer:
     policy = session.policy
     call = _Call(session, policy, Ledger(session.store, policy), engine_for(session))
     try:
+        return _statement(call, text)
+    finally:
+        call.engine.close()
+
+
+def _statement(call: _Call, text: str) -> Answer:
+    session = call.session
+    try:
         entry = _reused(call, text)
         if entry is not None:  # planned before: a DP query (same text, policy and schema)
             return _dp(call, entry, text)
@@ -229,13 +237,13 @@ def _planned(call: _Call, ast: exp.Expr, text: str) -> Entry:
         raise reject(text, "a DP query needs at least one aggregate", ast,
                      construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
     entry = Entry(plan, types_of(plan.dataset))
-    plans_of(call.session.store).put(text, call.policy.fingerprint, entry)
+    plans_of(call.session.store).put(call.user, text, call.policy.fingerprint, entry)
     return entry
 
 
 def _reused(call: _Call, text: str) -> Entry | None:
-    """The plan of ``text`` made earlier under this policy, if its table kept its types."""
-    entry = plans_of(call.session.store).get(text, call.policy.fingerprint)
+    """The plan of the user's ``text`` made under this policy, if its table kept its types."""
+    entry = plans_of(call.session.store).get(call.user, text, call.policy.fingerprint)
     if entry is None or _column_types(call, entry.plan.dataset) != entry.types:
         return None
     return entry

@@ -4,12 +4,16 @@ Plans are sqlglot ASTs; :class:`DuckDBEngine` renders them in the DuckDB dialect
 and runs them on the store's hardened connection. ``prepare`` binds a query
 (names, types, functions) without reading a row, so a query that cannot run is
 found before the ledger charges; the prepared query then runs after the charge.
+One engine serves one statement and reads everything (column types,
+constraints, the aggregation) in one snapshot, so the SQL runs on the schema it
+was generated for, whatever an administrator changes meanwhile.
 Another engine (a distributed one) would implement the same methods; noise,
 accounting and the ledger stay in dpsql whatever runs the aggregation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from fractions import Fraction
@@ -62,6 +66,9 @@ class Engine(Protocol):
         cannot tell returns {} and every value is clamped.
         """
 
+    def close(self) -> None:
+        """End the statement: release the snapshot (nothing was written)."""
+
 
 class _DuckDBPrepared:
     """A bound query (``relation``), or one that bound before and binds again as it runs."""
@@ -79,11 +86,9 @@ class _DuckDBPrepared:
             return relation.to_arrow_table()
         except duckdb.Error as err:
             raise EngineError(str(err).splitlines()[0]) from err
-        finally:
-            self._cursor.close()
 
     def close(self) -> None:
-        self._cursor.close()
+        """Nothing to release: the engine's snapshot ends with the statement."""
 
 
 class _Bound:
@@ -106,13 +111,30 @@ class _Bound:
 
 
 class DuckDBEngine:
-    """Runs queries on a store's hardened DuckDB connection (one cursor per query)."""
+    """Runs one statement's queries on a store's hardened connection, in one snapshot."""
 
     dialect = "duckdb"
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._bound = store.state(_Bound)
+        self._cursor: duckdb.DuckDBPyConnection | None = None
+
+    def _snapshot(self) -> duckdb.DuckDBPyConnection:
+        """The statement's cursor, inside a transaction begun on first use."""
+        if self._cursor is None:
+            cursor = self.store.analyst_cursor()
+            cursor.execute("BEGIN TRANSACTION")
+            self._cursor = cursor
+        return self._cursor
+
+    def close(self) -> None:
+        """End the statement's snapshot (read only: nothing to commit)."""
+        cursor, self._cursor = self._cursor, None
+        if cursor is not None:
+            with contextlib.suppress(duckdb.Error):  # an aborted transaction is over already
+                cursor.execute("ROLLBACK")
+            cursor.close()
 
     def render(self, query: exp.Expr) -> str:
         """The query as DuckDB SQL."""
@@ -122,10 +144,10 @@ class DuckDBEngine:
         """Bind the query (a DuckDB relation is lazy: nothing runs until ``run``).
 
         The same query object bound before is not bound twice: the schema it was
-        bound against is checked by the caller (the plan cache compares column
-        types), so it binds again when it runs.
+        bound against is checked by the caller in this snapshot (the plan cache
+        compares column types), so it binds again when it runs.
         """
-        cursor = self.store.analyst_cursor()
+        cursor = self._snapshot()
         text = self._bound.get(query)
         if text is not None:
             return _DuckDBPrepared(cursor, text=text)
@@ -133,18 +155,16 @@ class DuckDBEngine:
         try:
             prepared = _DuckDBPrepared(cursor, cursor.sql(text))
         except duckdb.Error as err:
-            cursor.close()
             raise EngineError(str(err).splitlines()[0]) from err
         self._bound.add(query, text)
         return prepared
 
     def execute(self, query: exp.Expr) -> pa.Table:
         """Bind and run ``query`` (not remembered: for one-off queries)."""
-        cursor = self.store.analyst_cursor()
+        cursor = self._snapshot()
         try:
             relation = cursor.sql(self.render(query))
         except duckdb.Error as err:
-            cursor.close()
             raise EngineError(str(err).splitlines()[0]) from err
         return _DuckDBPrepared(cursor, relation).run()
 
@@ -155,13 +175,13 @@ class DuckDBEngine:
         them, so a column listed here never holds a value outside its range. Any
         other form of CHECK is ignored (the column is then clamped as usual).
         """
-        cursor = self.store.analyst_cursor()
         try:
-            rows = cursor.execute(
-                "SELECT expression FROM duckdb_constraints() WHERE schema_name = 'main' "
-                "AND table_name = ? AND constraint_type = 'CHECK'", [table]).fetchall()
-        finally:
-            cursor.close()
+            rows = self._snapshot().execute(
+                "SELECT expression FROM duckdb_constraints() WHERE database_name = "
+                "current_database() AND schema_name = 'main' AND table_name = ? "
+                "AND constraint_type = 'CHECK'", [table]).fetchall()
+        except duckdb.Error as err:
+            raise EngineError(str(err).splitlines()[0]) from err
         out: dict[str, tuple[Fraction, Fraction]] = {}
         for (expression,) in rows:
             found = between_bounds(expression)
@@ -175,15 +195,12 @@ class DuckDBEngine:
 
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type, from binding ``SELECT *`` (no rows are read)."""
-        cursor = self.store.analyst_cursor()
         try:
-            relation = cursor.sql(f"SELECT * FROM main.{quote(table)}")
+            relation = self._snapshot().sql(f"SELECT * FROM main.{quote(table)}")
             return {name: str(kind) for name, kind in zip(relation.columns, relation.types,
                                                           strict=True)}
         except duckdb.Error as err:
             raise EngineError(str(err).splitlines()[0]) from err
-        finally:
-            cursor.close()
 
 
 @lru_cache(maxsize=256)

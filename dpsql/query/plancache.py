@@ -1,9 +1,11 @@
 """Validated DP query plans by statement text, so a repeated text skips parsing and SQL generation.
 
-Like a database's prepared-statement cache: the first time a text arrives it is
-parsed, validated against the policy and planned; later arrivals under the same
-policy (fingerprint) reuse that plan while the dataset's table still has the
-column types it was planned with (read again on every query). The generated
+Like a database's prepared-statement cache: the first time a user sends a text
+it is parsed, validated against the policy and planned; later arrivals from the
+same user under the same policy (fingerprint) reuse that plan while the
+dataset's table still has the column types it was planned with (read again on
+every query). Plans are per user, so how fast a text is answered says nothing
+of what other users asked. The generated
 SQL of a plan is kept on the entry per context (exact or noisy grid, bounds the
 database enforces), so the engine sees the same query object and can reuse its
 rendering. Nothing here depends on data: plans are built from the text, the
@@ -47,25 +49,27 @@ class Entry:
 
 
 class PlanCache:
-    """The entries of one open store, keyed by (statement text, policy fingerprint)."""
+    """The entries of one open store, keyed by (user, statement text, policy fingerprint)."""
 
     def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[str, str], Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str, str], Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, text: str, fingerprint: str) -> Entry | None:
-        """The entry of ``text`` under the policy ``fingerprint``, if kept."""
+    def get(self, user: str, text: str, fingerprint: str) -> Entry | None:
+        """The entry of ``user``'s ``text`` under the policy ``fingerprint``, if kept."""
+        key = (user, text, fingerprint)
         with self._lock:
-            entry = self._entries.get((text, fingerprint))
+            entry = self._entries.get(key)
             if entry is not None:
-                self._entries.move_to_end((text, fingerprint))
+                self._entries.move_to_end(key)
             return entry
 
-    def put(self, text: str, fingerprint: str, entry: Entry) -> None:
+    def put(self, user: str, text: str, fingerprint: str, entry: Entry) -> None:
         """Keep ``entry`` (dropping the least recently used beyond ``CAPACITY``)."""
+        key = (user, text, fingerprint)
         with self._lock:
-            self._entries[(text, fingerprint)] = entry
-            self._entries.move_to_end((text, fingerprint))
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
             while len(self._entries) > CAPACITY:
                 self._entries.popitem(last=False)
 

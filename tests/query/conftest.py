@@ -77,22 +77,24 @@ INFINITE = {"epsilon": float("inf")}
 
 
 def _init(directory: Path, name: str, text: str, data: dict[str, Path] | None = None,
-          na: str | None = None) -> Path:
+          na: str | None = None, enforce_bounds: bool = False) -> Path:
     policy = directory / f"{name}.yaml"
     policy.write_text(text)
     path = directory / f"{name}.duckdb"
-    store, _ = dpsql.init(path, policy, data or {"adult": ADULT_SAMPLE}, na=na)
+    store, _ = dpsql.init(path, policy, data or {"adult": ADULT_SAMPLE}, na=na,
+                          enforce_bounds=enforce_bounds)
     store.close()
     return path
 
 
 @pytest.fixture
 def build(tmp_path: Path) -> Callable[..., Path]:
-    """Create a fresh store: ``build(policy_yaml, data={'adult': path}, na=None)``."""
+    """A fresh store: ``build(policy_yaml, data={'adult': path}, na=None, enforce_bounds)``."""
     counter = iter(range(1000))
 
-    def make(text: str, data: dict[str, Path] | None = None, na: str | None = None) -> Path:
-        return _init(tmp_path, f"store{next(counter)}", text, data, na)
+    def make(text: str, data: dict[str, Path] | None = None, na: str | None = None,
+             enforce_bounds: bool = False) -> Path:
+        return _init(tmp_path, f"store{next(counter)}", text, data, na, enforce_bounds)
 
     return make
 

@@ -1,10 +1,11 @@
 """Bounds the database enforces (CHECK constraints set at import) replace the per-row clamp.
 
-A column whose values all fit its declared bounds at import gets them as a
-CHECK; the generated SQL then reads it unclamped. Whenever the table lacks the
-CHECK (replaced, or a value outside the bounds at import) or the policy's
-bounds are narrower than the CHECK, the clamp is back, so answers never depend
-on the shortcut.
+With ``enforce_bounds`` the policy's numeric bounds become CHECK constraints of
+the imported table (a value outside refuses the import), and the generated SQL
+reads those columns unclamped. Whether a column is enforced is the
+administrator's choice, never a fact about the rows (it shows in query times).
+Whenever the table lacks the CHECK (imported without it, or rebuilt) or the
+policy's bounds are narrower than the CHECK, the clamp is back.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import yaml
 
 import dpsql
+from dpsql.ledger import Ledger
 from dpsql.query.engine import DuckDBEngine, between_bounds
 from tests.conftest import ADULT_POLICY
 
@@ -32,85 +34,129 @@ datasets:
     query_cap: {INFINITE}
     default_query: {INFINITE}
     columns:
-      fits: {{type: integer, bounds: [0, 10], bins: 2}}
-      wide: {{type: integer, bounds: [0, 10], bins: 2}}
+      whole: {{type: integer, bounds: [0, 10], bins: 2}}
       real: {{type: float, bounds: [-1.5, 2.5], bins: 2}}
 users:
   admin: {{role: admin, budgets: {{t: {INFINITE}}}}}
 """
 
 SUM = "SELECT SUM(capital_gain) FROM adult WHERE age BETWEEN 20 AND 40"
+CLAMPED = "SELECT SUM(least(capital_gain, {hi})) FROM adult WHERE age BETWEEN 20 AND 40"
+
+
+def _small(tmp_path: Path, rows: str, enforce: bool) -> Path:
+    csv = tmp_path / "t.csv"
+    csv.write_text("whole,real\n" + rows)
+    policy = tmp_path / "t.yaml"
+    policy.write_text(POLICY)
+    path = tmp_path / "t.duckdb"
+    store, _ = dpsql.init(path, policy, {"t": csv}, enforce_bounds=enforce)
+    store.close()
+    return path
+
+
+def _enforced(session: dpsql.Session, table: str) -> dict[str, tuple[Fraction, Fraction]]:
+    engine = DuckDBEngine(session.store)
+    try:
+        return engine.enforced_bounds(table)
+    finally:
+        engine.close()
+
+
+def test_enforced_bounds_are_checks_the_database_keeps(tmp_path: Path) -> None:
+    path = _small(tmp_path, "0,-1.5\n10,2.5\n,0.25\n", enforce=True)
+    with dpsql.connect(path, "admin") as session:
+        assert _enforced(session, "t") == {"whole": (0, 10),
+                                            "real": (Fraction(-3, 2), Fraction(5, 2))}
+        cur = session.store.cursor()
+        for row in ("11, 0", "0, 2.6", "0, 'nan'", "0, '-inf'"):
+            with pytest.raises(duckdb.ConstraintException):
+                cur.execute(f"INSERT INTO main.t VALUES ({row})")
+        cur.execute("INSERT INTO main.t VALUES (NULL, NULL)")  # NULL passes
+
+
+def test_a_value_outside_the_bounds_refuses_the_import(tmp_path: Path) -> None:
+    with pytest.raises(dpsql.ConfigurationError, match="whole hold values outside"):
+        _small(tmp_path, "0,0\n11,0\n", enforce=True)
+    assert not (tmp_path / "t.duckdb").exists()
+
+
+def test_without_enforcement_nothing_depends_on_the_rows(tmp_path: Path,
+                                                         engine_calls: list[str]) -> None:
+    path = _small(tmp_path, "0,-1.5\n10,2.5\n", enforce=False)  # the values fit, yet
+    with dpsql.connect(path, "admin") as session:
+        assert _enforced(session, "t") == {}
+        answer = session.sql("SELECT SUM(whole) AS w, SUM(real) AS r FROM t")
+        assert engine_calls[-1].count("CASE") == 2  # both clamped
+        assert answer.table.to_pylist() == [{"w": 10, "r": 1.0}]
+
+
+def test_enforced_columns_are_summed_unclamped(tmp_path: Path,
+                                               engine_calls: list[str]) -> None:
+    path = _small(tmp_path, "0,-1.5\n10,2.5\n", enforce=True)
+    with dpsql.connect(path, "admin") as session:
+        answer = session.sql("SELECT SUM(whole) AS w, SUM(real) AS r FROM t")
+        assert "CASE" not in engine_calls[-1]
+        assert answer.table.to_pylist() == [{"w": 10, "r": 1.0}]
 
 
 @pytest.fixture
-def small(tmp_path: Path) -> Path:
-    csv = tmp_path / "t.csv"
-    csv.write_text("fits,wide,real\n0,3,-1.5\n10,11,2.5\n,4,0.25\n")
-    policy = tmp_path / "t.yaml"
-    policy.write_text(POLICY)
-    store, _ = dpsql.init(tmp_path / "t.duckdb", policy, {"t": csv})
-    store.close()
-    return tmp_path / "t.duckdb"
+def enforced_adult(build: Callable[..., Path]) -> Path:
+    return build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE),
+                 enforce_bounds=True)
 
 
-def test_import_enforces_the_bounds_of_columns_that_fit(small: Path) -> None:
-    with dpsql.connect(small, "admin") as session:
-        held = DuckDBEngine(session.store).enforced_bounds("t")
-        assert held == {"fits": (0, 10), "real": (Fraction(-3, 2), Fraction(5, 2))}
-        cur = session.store.cursor()
-        for row in ("11, 0, 0", "0, 0, 2.6", "0, 0, 'nan'", "0, 0, 'inf'"):
-            with pytest.raises(duckdb.ConstraintException):
-                cur.execute(f"INSERT INTO main.t VALUES ({row})")
-        cur.execute("INSERT INTO main.t VALUES (NULL, 99, NULL)")  # NULL and unchecked pass
-
-
-def test_only_unenforced_columns_are_clamped(small: Path, engine_calls: list[str]) -> None:
-    with dpsql.connect(small, "admin") as session:
-        answer = session.sql("SELECT SUM(fits) AS f, SUM(wide) AS w, SUM(real) AS r FROM t")
-        generated = engine_calls[-1]
-        assert "CASE" not in generated.split("AS _m0")[0]
-        assert "CASE" in generated.split("AS _m0")[1].split("AS _m1")[0]
-        assert "CASE" not in generated.split("AS _m1")[1]
-        assert answer.table.to_pylist() == [{"f": 10, "w": 17, "r": 1.25}]  # 11 clamped to 10
-
-
-def test_sum_over_enforced_bounds_is_exact(exact_adult: dpsql.Session,
+def test_sum_over_enforced_bounds_is_exact(enforced_adult: Path,
                                            engine_calls: list[str]) -> None:
-    answer = exact_adult.sql(SUM)
-    assert "CASE" not in engine_calls[-1]
-    assert answer.table.column(0).to_pylist() == [plain(exact_adult, SUM)[0][0]]
+    with dpsql.connect(enforced_adult, "alice") as alice:
+        answer = alice.sql(SUM)
+        assert "CASE" not in engine_calls[-1]
+        assert answer.table.column(0).to_pylist() == [plain(alice, SUM)[0][0]]
 
 
-def test_a_table_without_the_check_is_clamped_again(build: Callable[..., Path],
+def test_a_table_without_the_check_is_clamped_again(enforced_adult: Path,
                                                     engine_calls: list[str]) -> None:
-    path = build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
-    with dpsql.connect(path, "alice") as alice:
+    with dpsql.connect(enforced_adult, "alice") as alice:
         alice.sql(SUM)
         assert "CASE" not in engine_calls[-1]
         with alice.store.transaction() as cur:  # an administrator rebuilds the table
             cur.execute("CREATE OR REPLACE TABLE main.adult AS SELECT * FROM main.adult")
             cur.execute("UPDATE main.adult SET capital_gain = 1000000 WHERE age = 30")
-    with dpsql.connect(path, "bob") as bob:  # same text, same plan; no cached answer for bob
-        answer = bob.sql(SUM)
-        assert "CASE" in engine_calls[-1]
-        clamped = SUM.replace("SUM(capital_gain)", "SUM(least(capital_gain, 99))")
-        assert answer.table.column(0).to_pylist() == [plain(bob, clamped)[0][0]]
-
-
-def test_narrower_policy_bounds_bring_the_clamp_back(build: Callable[..., Path],
-                                                     engine_calls: list[str]) -> None:
-    path = build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
-    narrow = path.with_suffix(".narrow.yaml")
-    raw = yaml.safe_load(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
-    raw["datasets"]["adult"]["columns"]["capital_gain"]["bounds"] = [0, 50]
-    narrow.write_text(yaml.safe_dump(raw))
-    with dpsql.connect(path, "admin") as admin:
-        admin.apply_policy(narrow)
-    with dpsql.connect(path, "alice") as alice:
+        alice.sql("SET dpsql.epsilon = 1e6")  # a new measurement (noise sd < 0.01), same plan
         answer = alice.sql(SUM)
         assert "CASE" in engine_calls[-1]
-        clamped = SUM.replace("SUM(capital_gain)", "SUM(least(capital_gain, 50))")
-        assert answer.table.column(0).to_pylist() == [plain(alice, clamped)[0][0]]
+        assert answer.table.column(0).to_pylist() == [plain(alice, CLAMPED.format(hi=99))[0][0]]
+
+
+def test_the_schema_read_and_the_sum_share_one_snapshot(
+        enforced_adult: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Ledger.charge
+
+    def charge_then_rebuild(self: Ledger, *args: object, **kwargs: object) -> object:
+        done = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        with self.store.transaction() as cur:  # between the charge and the aggregation
+            cur.execute("CREATE OR REPLACE TABLE main.adult AS SELECT * REPLACE "
+                        "(capital_gain * 0 + 1000000 AS capital_gain) FROM main.adult")
+        return done
+
+    with dpsql.connect(enforced_adult, "alice") as alice:
+        before = plain(alice, SUM)[0][0]
+        monkeypatch.setattr(Ledger, "charge", charge_then_rebuild)
+        answer = alice.sql(SUM)
+    assert answer.table.column(0).to_pylist() == [before]  # the table the SQL was made for
+
+
+def test_narrower_policy_bounds_bring_the_clamp_back(enforced_adult: Path, tmp_path: Path,
+                                                     engine_calls: list[str]) -> None:
+    raw = yaml.safe_load(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    raw["datasets"]["adult"]["columns"]["capital_gain"]["bounds"] = [0, 50]
+    (tmp_path / "narrow.yaml").write_text(yaml.safe_dump(raw))
+    with dpsql.connect(enforced_adult, "admin") as admin:
+        admin.apply_policy(tmp_path / "narrow.yaml")
+    with dpsql.connect(enforced_adult, "alice") as alice:
+        answer = alice.sql(SUM)
+        assert "CASE" in engine_calls[-1]
+        assert answer.table.column(0).to_pylist() == [plain(alice, CLAMPED.format(hi=50))[0][0]]
 
 
 @pytest.mark.parametrize(("expression", "expected"), [

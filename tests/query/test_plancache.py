@@ -88,3 +88,12 @@ def test_rejections_are_never_kept(adult: dpsql.Session, plannings: list[str]) -
 
 def _rows(answer: Answer) -> list[tuple[object, ...]]:
     return sorted(tuple(row.values()) for row in answer.table.to_pylist())
+
+
+def test_plans_are_per_user(build: Callable[..., Path], plannings: list[str]) -> None:
+    # How fast a text is answered must not tell whether another user asked it.
+    path = build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    with dpsql.connect(path, "alice") as alice, dpsql.connect(path, "bob") as bob:
+        for session in (alice, bob, alice, bob):
+            session.sql(SQL)
+    assert plannings == [SQL, SQL]  # once for alice, once for bob
