@@ -13,6 +13,11 @@ runs every chain until the longest tree ends, so it costs the maximum tree
 size times the number of chains, where independent chains cost the sum (and
 on CPU a vmapped leapfrog step is no cheaper per chain). Each chain runs in
 chunks of ``CHUNK`` iterations so that progress is reported while it runs.
+
+Optional tuning that keeps the posterior exact (see :func:`sample`): a pilot
+run whose draws whiten and start the real run, NUTS moves on the cheap
+fixed-covariance posterior corrected by a Metropolis-Hastings step to the
+exact one, and jumps along heavy-tailed cell directions.
 """
 
 from __future__ import annotations
