@@ -101,7 +101,8 @@ def toy(args: argparse.Namespace) -> None:
     domain = Domain.from_dataset(dataset)
     truth = np.array([1.0, 0.0])
     inference = "Laplace" if args.toy_inference == "laplace" else (
-        f"NUTS {args.chains}x({args.warmup}+{args.samples}), covariance {args.covariance}")
+        f"NUTS {args.chains}x({args.warmup}+{args.samples}), covariance {args.covariance}"
+        f"{tuning_text(args)}")
     print(f"\n== toy: n={n}, full 3-way marginal, {inference}, m={args.toy_copies} copies, "
           f"{args.toy_repeats} repeats, delta=n^-2")
     print(f"{'eps':>5} {'method':<22} {'cover x1':>9} {'cover x2':>9} {'CI width x1':>12} "
@@ -118,6 +119,7 @@ def toy(args: argparse.Namespace) -> None:
             relation = con.sql("SELECT * FROM toy_df")
             synth = get("napsu_mq", cliques="x1+x2+x3", select="none",
                         inference=args.toy_inference, covariance=args.covariance,
+                        **tuning(args),
                         target_accept=args.target_accept,
                         chains=args.chains, warmup=args.warmup, samples=args.samples)
             t0 = time.perf_counter()
@@ -205,8 +207,23 @@ def adult_synth(args: argparse.Namespace, cliques: str, **extra: str) -> Any:
                "samples": str(args.samples), "prior_sd": str(args.prior_sd),
                "select_share": str(args.select_share), "covariance": args.covariance,
                "target_accept": str(args.target_accept),
+               **{k: str(v) for k, v in tuning(args).items()},
                **extra}
     return get("napsu_mq", **{k: v for k, v in options.items() if v != ""})
+
+
+def tuning(args: argparse.Namespace) -> dict[str, int]:
+    """The sampler-tuning options (pilot, moves, jumps): they leave the posterior exact."""
+    warmup, samples = args.pilot
+    return {"pilot_warmup": warmup, "pilot_samples": samples, "moves": args.moves,
+            "jumps": args.jumps}
+
+
+def tuning_text(args: argparse.Namespace) -> str:
+    if args.pilot == [0, 0] and args.moves == 1 and not args.jumps:
+        return ""
+    return (f", pilot {args.chains}x({args.pilot[0]}+{args.pilot[1]}), {args.moves} NUTS "
+            f"move(s) and {args.jumps} jump(s) per iteration")
 
 
 def adult(args: argparse.Namespace) -> None:
@@ -218,6 +235,7 @@ def adult(args: argparse.Namespace) -> None:
         rho = rho_from_epsilon_delta(1, 1 / n**2)
         cliques = ADULT_CLIQUES[args.adult_cliques]
         sampler = (f"NUTS {args.chains} chains x ({args.warmup} warmup + {args.samples} samples)"
+                   f", covariance {args.covariance}{tuning_text(args)}"
                    if args.adult_inference == "nuts" else "Laplace")
         print(f"\n== adult: n={n}, 10 columns, eps=1, delta=n^-2 (rho={float(rho.value):.5f}), "
               f"cliques {args.adult_cliques!r} + MST (select_share {args.select_share:g}), "
@@ -287,6 +305,14 @@ def adult(args: argparse.Namespace) -> None:
                     f"{' '.join(f'{s:.3f}' for s in chain['step_size'])}) "
                     f"max R-hat={chain['max_rhat']:.4f} min ESS={chain['min_ess']:.0f} "
                     f"divergences={chain['divergences']}")
+                if chain.get("pilot"):
+                    sampler_text += (f" [pilot {chain['pilot']['seconds']:.1f}s included; "
+                                     f"{chain['heavy_tailed_parameters']} heavy-tailed "
+                                     f"parameters]")
+                if chain["covariance"] == "corrected" or chain["jumps"]:
+                    sampler_text += (f" correction acceptance "
+                                     f"{chain['correction_accept_rate']:.2f}, accepted jumps "
+                                     f"{chain['accepted_jumps_per_iteration']:.2f}/it")
             print(f"repeat {r}: parameters={row['parameters']} laplace={row['laplace_s']:.1f}s "
                   f"({row['laplace_iterations']} it){sampler_text} "
                   f"covered {int(inside.sum())} of {row['coefficients']} coefficients")
@@ -367,8 +393,16 @@ def main() -> None:
     parser.add_argument("--prior-sd", type=float, default=10.0,
                         help="prior sd of theta for the Adult run (the paper: 10)")
     parser.add_argument("--adult-inference", choices=["nuts", "laplace"], default="nuts")
-    parser.add_argument("--covariance", choices=["exact", "mode"], default="exact",
-                        help="NUTS likelihood covariance: exact, or fixed at the Laplace mode")
+    parser.add_argument("--covariance", choices=["exact", "mode", "corrected"], default="exact",
+                        help="NUTS likelihood covariance: exact, fixed at the Laplace mode "
+                             "(approximate), or corrected (moves with the fixed covariance, "
+                             "each iteration corrected to the exact posterior)")
+    parser.add_argument("--pilot", type=int, nargs=2, default=[0, 0], metavar=("WARMUP", "SAMPLES"),
+                        help="pilot run on the fixed-covariance posterior that whitens and "
+                             "starts the real run (0 0: none)")
+    parser.add_argument("--moves", type=int, default=1, help="NUTS transitions per iteration")
+    parser.add_argument("--jumps", type=int, default=0,
+                        help="single-parameter jumps per iteration (needs --pilot)")
     parser.add_argument("--adult-cliques", choices=list(ADULT_CLIQUES), default="issue",
                         help="required cliques: the issue's, the issue's plus income x "
                              "{age, race, sex}, or none (MST selects all)")

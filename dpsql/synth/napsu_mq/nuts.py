@@ -13,17 +13,23 @@ runs every chain until the longest tree ends, so it costs the maximum tree
 size times the number of chains, where independent chains cost the sum (and
 on CPU a vmapped leapfrog step is no cheaper per chain). Each chain runs in
 chunks of ``CHUNK`` iterations so that progress is reported while it runs.
+
+Optional tuning that keeps the posterior exact (see :func:`sample`): a pilot
+run whose draws whiten and start the real run, NUTS moves on the cheap
+fixed-covariance posterior corrected by a Metropolis-Hastings step to the
+exact one, and jumps along heavy-tailed cell directions.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,62 +60,321 @@ class Draws:
 
 
 def _potential_gen(structure: Structure, covariance: str) -> Any:
-    """Potential of ``u`` given (evidence, Laplace mean, its Cholesky, likelihood Cholesky).
+    """Potential of ``u`` given (evidence, whitening mean, its Cholesky, likelihood Cholesky).
 
-    The last argument is used only with ``covariance="mode"`` (the likelihood's
-    covariance fixed at the Laplace mode).
+    The last argument is used only with a fixed likelihood covariance
+    (``covariance`` ``"mode"``, or ``"corrected"`` for its moves).
     """
     def make(evidence: model.Evidence, mean: jax.Array, chol: jax.Array,
              likelihood_chol: jax.Array) -> Any:
         def potential(u: jax.Array) -> jax.Array:
             phi = mean + chol @ u
-            if covariance == "mode":
+            if covariance in ("mode", "corrected"):
                 return -model.log_posterior_plugin(structure, phi, evidence, likelihood_chol)
             return -model.log_posterior(structure, phi, evidence)
         return potential
     return make
 
 
+class Jumps(NamedTuple):
+    """Independence proposals along cell directions with a heavy tail (see :func:`_jumps`).
+
+    Per direction d (rows of ``projection`` are d / |d|^2, so the coordinate
+    s = projection @ phi grows by 1 per step d): the probability of being
+    picked (0: never), and a two-part normal mixture (a narrow bulk and a wide
+    tail) for s fitted to pilot draws. Column j of ``move`` is the change of
+    the whitened ``u`` for one step along direction j.
+    """
+
+    pick: jax.Array
+    bulk_weight: jax.Array
+    bulk_mean: jax.Array
+    bulk_sd: jax.Array
+    tail_mean: jax.Array
+    tail_sd: jax.Array
+    projection: jax.Array
+    move: jax.Array
+
+
 @lru_cache(maxsize=16)
-def _kernels(structure: Structure, covariance: str) -> tuple[Any, Any, Any]:
-    """(init kernel, jitted chunk runner, jitted potential value-and-grad) for ``structure``."""
+def _kernels(structure: Structure, covariance: str, moves: int, jumps: int
+             ) -> tuple[Any, Any, Any, Any]:
+    """(init kernel, jitted chunk runner, jitted potential value-and-grad, exact log weight).
+
+    One iteration is ``moves`` NUTS transitions. With ``covariance="corrected"``
+    the transitions move on the fixed-covariance posterior pi_s and the
+    iteration ends with a Metropolis-Hastings step to the exact posterior pi:
+    the end point x' is accepted with probability min(1, w(x') / w(x)), w =
+    pi / pi_s. NUTS with a fixed step size and mass matrix is reversible with
+    respect to pi_s (so is a power of it), hence the corrected kernel is
+    reversible with respect to pi: the draws target the exact posterior (the
+    surrogate transition method, Liu 2001, sec. 9.4.3). Only the value of the
+    exact posterior is needed, once per iteration, not its costly gradient.
+
+    Then ``jumps`` Metropolis-Hastings updates follow, each along one picked
+    cell direction d: phi = phi_perp + s d with phi_perp orthogonal to d kept,
+    and a new s drawn from the direction's fitted mixture (an independence
+    proposal in s, accepted with the Hastings ratio under the chain's target;
+    the change of variables is linear, so no Jacobian). They move a near-empty
+    cell between its bulk and its empty tail, which NUTS crosses only rarely.
+    Each update leaves the target invariant, so the composed iteration does too.
+    """
     make = _potential_gen(structure, covariance)
+    exact = _potential_gen(structure, "exact")
     init_kernel, sample_kernel = hmc(potential_fn_gen=make, algo="NUTS")
 
-    def run(state: Any, *args: Any) -> Any:
-        def step(state: Any, _: Any) -> tuple[Any, Any]:
-            state = sample_kernel(state, model_args=args)
-            return state, (state.z, state.num_steps, state.diverging, state.accept_prob)
+    def log_weight(u: jax.Array, surrogate_pe: jax.Array, *args: Any) -> jax.Array:
+        """Log pi(u) - log pi_s(u) (0 when the moves already target pi)."""
+        if covariance != "corrected":
+            return jnp.zeros((), u.dtype)
+        return surrogate_pe - exact(*args)(u)
 
-        return jax.lax.scan(step, state, None, length=CHUNK)
+    def log_q(jump: Jumps, i: jax.Array, x: jax.Array) -> jax.Array:
+        bulk = jax.scipy.stats.norm.logpdf(x, jump.bulk_mean[i], jump.bulk_sd[i])
+        tail = jax.scipy.stats.norm.logpdf(x, jump.tail_mean[i], jump.tail_sd[i])
+        w = jump.bulk_weight[i]
+        return jnp.logaddexp(jnp.log(w) + bulk, jnp.log1p(-w) + tail)
+
+    def jump_once(args: tuple[Any, ...], jump: Jumps, carry: Any, key: jax.Array
+                  ) -> tuple[Any, Any]:
+        state, logw = carry
+        pick_key, side_key, value_key, accept_key = jax.random.split(key, 4)
+        i = jax.random.choice(pick_key, jump.pick.shape[0], p=jump.pick)
+        mean, chol = args[1], args[2]
+        old = jump.projection[i] @ (mean + chol @ state.z)
+        bulk = jax.random.bernoulli(side_key, jump.bulk_weight[i])
+        normal = jax.random.normal(value_key, dtype=old.dtype)
+        new = jnp.where(bulk, jump.bulk_mean[i] + jump.bulk_sd[i] * normal,
+                        jump.tail_mean[i] + jump.tail_sd[i] * normal)
+        u = state.z + jump.move[:, i] * (new - old)
+        pe, grad = jax.value_and_grad(make(*args))(u)
+        new_logw = log_weight(u, pe, *args)
+        # The chain's target potential is the moves' potential minus log w.
+        log_ratio = ((state.potential_energy - logw) - (pe - new_logw)
+                     + log_q(jump, i, old) - log_q(jump, i, new))
+        accept = jnp.log(jax.random.uniform(accept_key)) < log_ratio
+        moved = state._replace(z=u, z_grad=grad, potential_energy=pe)
+        state = jax.tree.map(lambda a, b: jnp.where(accept, a, b), moved, state)
+        return (state, jnp.where(accept, new_logw, logw)), accept
+
+    def run(carry: Any, jump: Jumps, *args: Any) -> Any:
+        def move(state: Any, _: Any) -> tuple[Any, Any]:
+            state = sample_kernel(state, model_args=args)
+            return state, (state.num_steps, state.diverging, state.accept_prob)
+
+        def step(carry: Any, _: Any) -> tuple[Any, Any]:
+            state, key, logw = carry
+            proposal, (steps, div, acc) = jax.lax.scan(move, state, None, length=moves)
+            key, sub, jump_key = jax.random.split(key, 3)
+            new_logw = log_weight(proposal.z, proposal.potential_energy, *args)
+            accept = jnp.log(jax.random.uniform(sub)) < new_logw - logw
+            kept = proposal._replace(z=state.z, z_grad=state.z_grad,
+                                     potential_energy=state.potential_energy)
+            state = jax.tree.map(lambda a, b: jnp.where(accept, a, b), proposal, kept)
+            logw = jnp.where(accept, new_logw, logw)
+            jumped = jnp.zeros((), jnp.int32)
+            if jumps:
+                (state, logw), hits = jax.lax.scan(
+                    lambda c, k: jump_once(args, jump, c, k), (state, logw),
+                    jax.random.split(jump_key, jumps))
+                jumped = hits.sum()
+            return (state, key, logw), (state.z, steps.sum(), div.any(), acc.mean(), accept,
+                                        jumped)
+
+        return jax.lax.scan(step, carry, None, length=CHUNK)
 
     value_grad = jax.jit(lambda u, *args: jax.value_and_grad(make(*args))(u))
-    return init_kernel, jax.jit(run), value_grad
+    return init_kernel, jax.jit(run), value_grad, jax.jit(log_weight)
 
 
 def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: float, *,
            chains: int, warmup: int, samples: int, max_tree_depth: int, target_accept: float,
            rng: np.random.Generator, progress: Progress, workers: int = 0,
-           covariance: str = "exact") -> Draws:
+           covariance: str = "exact", pilot: tuple[int, int] = (0, 0), moves: int = 1,
+           jumps: int = 0) -> Draws:
     """Run ``chains`` NUTS chains on ``workers`` threads (0: one per core), float64.
 
     ``covariance="mode"`` fixes the likelihood's covariance at the Laplace mode
     (an optional approximation, see :func:`model.log_likelihood_plugin`).
+    ``pilot=(w, s)`` with ``s > 0`` first runs ``w`` warmup and ``s`` sampling
+    iterations per chain on the cheap ``covariance="mode"`` posterior, then
+    whitens the real run by the pilot draws' mean and covariance and starts its
+    chains at the pilot chains' last draws (see :func:`_pilot_whitening`). The
+    pilot only tunes the sampler: the target of the real run is unchanged.
     """
     started = time.perf_counter()
     workers = min(chains, workers or os.cpu_count() or 1)
     with jax.enable_x64(True):
         evidence = evidence_arrays(reduced, prior_sd)
-        mean = jnp.asarray(laplace.mean)
-        chol = jnp.asarray(_cholesky(laplace.cov))
         likelihood_chol = jnp.eye(1)
-        if covariance == "mode":
-            likelihood_chol = jnp.linalg.cholesky(
-                _likelihood_covariance(structure)(mean, evidence))
-    init_kernel, run, value_grad = _kernels(structure, covariance)
-    args = (evidence, mean, chol, likelihood_chol)
+        if covariance != "exact" or pilot[1] > 0:
+            likelihood_chol = _fixed_covariance(structure, laplace.mean, evidence)
     dim = laplace.mean.size
-    starts = [rng.normal(0.0, INIT_SPREAD, dim) for _ in range(chains)]
+    mean, chol = laplace.mean, _cholesky(laplace.cov)
+    starts = [mean + chol @ rng.normal(0.0, INIT_SPREAD, dim) for _ in range(chains)]
+    pilot_diagnostics = None
+    jump, tails = _no_jumps(dim), 0
+    if pilot[1] > 0:
+        phi, runs = _run(structure, "mode", evidence, likelihood_chol, mean, chol, starts,
+                         pilot[0], pilot[1], max_tree_depth, target_accept, rng, workers,
+                         progress, "nuts pilot")
+        pilot_diagnostics = _summary(phi, runs, pilot[0])
+        pilot_diagnostics["seconds"] = round(time.perf_counter() - started, 3)
+        mean, chol = _pilot_whitening(phi, laplace.cov)
+        starts = [chain[-1] for chain in phi]
+        if jumps:
+            jump, tails = _jumps(phi, chol, structure)
+        if covariance == "corrected":
+            # The moves' covariance where the posterior mass is, not at the mode.
+            with jax.enable_x64(True):
+                likelihood_chol = _fixed_covariance(structure, mean, evidence)
+    phi, runs = _run(structure, covariance, evidence, likelihood_chol, mean, chol, starts,
+                     warmup, samples, max_tree_depth, target_accept, rng, workers, progress,
+                     "nuts", moves, jump, jumps if tails else 0)
+    diagnostics = {
+        "chains": chains, "warmup": warmup, "samples": samples, "workers": workers,
+        "max_tree_depth": max_tree_depth, "target_accept": target_accept,
+        "covariance": covariance, "moves": moves, "jumps": jumps if tails else 0,
+        "heavy_tailed_parameters": tails,
+        "whitening": "pilot" if pilot[1] > 0 else "laplace",
+        **_summary(phi, runs, warmup),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    if pilot_diagnostics is not None:
+        diagnostics["pilot"] = {"warmup": pilot[0], "samples": pilot[1], **pilot_diagnostics}
+    return Draws(phi, diagnostics)
+
+
+#: Shrinkage of the pilot covariance towards the Laplace covariance (weight of the latter).
+PILOT_SHRINK = 0.05
+
+
+def _pilot_whitening(phi: np.ndarray, laplace_cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and Cholesky factor of the pooled pilot draws (``(chains, draws, dim)``).
+
+    Where near-empty cells leave a likelihood wall on one side and only the
+    prior on the other, the posterior sits far from the Laplace mode (tens of
+    Laplace sds on Adult) and is many times wider than the Laplace curvature
+    says; the pilot draws measure both. A little of the Laplace covariance is
+    mixed in so that a direction the short pilot barely explored keeps a scale.
+    """
+    flat = phi.reshape(-1, phi.shape[-1])
+    cov = (1 - PILOT_SHRINK) * np.cov(flat, rowvar=False) + PILOT_SHRINK * laplace_cov
+    return flat.mean(axis=0), _cholesky(cov)
+
+
+#: A pilot draw further than this many MADs from the parameter's median is in its tail.
+TAIL_MADS = 6.0
+#: Parameters with fewer pilot draws than this share in the tail get no jumps.
+TAIL_SHARE = 0.002
+
+
+def cell_directions(structure: Structure) -> np.ndarray:
+    """One direction in theta per cell of every scope: moving along it scales that cell only.
+
+    The indicator of a cell x_S = c is a linear combination of canonical
+    features: prod_{j: c_j > 0} [x_j = c_j] prod_{j: c_j = 0} (1 - sum_{v>0} [x_j = v]),
+    expanded over the subsets U of the reference (c_j = 0) columns with sign
+    (-1)^|U|. theta + t d adds t to the log-potential of exactly the records in
+    that cell (the constant term only renormalizes). Rows without duplicates.
+    """
+    rows = []
+    for scope in structure.offsets:
+        for cell in itertools.product(*(range(structure.sizes[j]) for j in scope)):
+            value = dict(zip(scope, cell, strict=True))
+            fixed = [j for j in scope if value[j]]
+            reference = [j for j in scope if not value[j]]
+            d = np.zeros(structure.dim)
+            for r in range(len(reference) + 1):
+                for free in itertools.combinations(reference, r):
+                    sub = tuple(sorted([*fixed, *free]))
+                    if not sub:
+                        continue
+                    shape = tuple(structure.sizes[j] - 1 for j in sub)
+                    for values in itertools.product(*(range(1, structure.sizes[j])
+                                                      for j in free)):
+                        assign = {**{j: value[j] for j in fixed}, **dict(zip(free, values,
+                                                                             strict=True))}
+                        index = np.ravel_multi_index(tuple(assign[j] - 1 for j in sub), shape)
+                        d[structure.offsets[sub] + index] += (-1) ** r
+            rows.append(d)
+    return np.unique(np.array(rows), axis=0)
+
+
+def _jumps(phi: np.ndarray, chol: np.ndarray, structure: Structure) -> tuple[Jumps, int]:
+    """Jump proposals along the cell directions whose pilot draws have a heavy tail.
+
+    A cell whose noisy count is a few noise sds above zero has a log-potential
+    with a narrow bulk (the cell is there) and a long tail towards the prior
+    (it is empty): NUTS's steps, sized for the bulk and the likelihood wall
+    between the two, cross from one to the other only rarely. When the cell
+    holds a reference value the tail is a ridge over several parameters (a
+    rare category's own logit against its interactions); the cell direction
+    follows it. Each such direction gets a two-part normal mixture for its
+    coordinate fitted to the pilot draws: bulk = within ``TAIL_MADS`` robust sds
+    of the median, tail = the rest (mean and a 1.5x widened sd). Only tuning:
+    any proposal leaves the target exact.
+    """
+    flat = phi.reshape(-1, phi.shape[-1])
+    size = phi.shape[-1]
+    directions = np.zeros((0, size))
+    if structure.dim:
+        cells = cell_directions(structure)
+        directions = np.zeros((cells.shape[0], size))
+        directions[:, :structure.dim] = cells
+    projection = directions / np.sum(directions**2, axis=1, keepdims=True)
+    coordinates = flat @ projection.T
+    count = directions.shape[0]
+    pick, weight = np.zeros(count), np.full(count, 0.5)
+    bulk_mean, bulk_sd = np.zeros(count), np.ones(count)
+    tail_mean, tail_sd = np.zeros(count), np.ones(count)
+    for i in range(count):
+        x = coordinates[:, i]
+        median = np.median(x)
+        spread = 1.4826 * np.median(np.abs(x - median))
+        tail = np.abs(x - median) > TAIL_MADS * max(spread, 1e-6)
+        if tail.mean() < TAIL_SHARE or tail.sum() < 5:
+            continue
+        pick[i] = 1.0
+        weight[i] = np.clip(1 - tail.mean(), 0.5, 0.95)
+        bulk_mean[i], bulk_sd[i] = x[~tail].mean(), max(x[~tail].std(), 1e-3)
+        tail_mean[i] = x[tail].mean()
+        tail_sd[i] = max(1.5 * x[tail].std(), 3 * bulk_sd[i])
+    heavy = int(pick.sum())
+    if heavy:
+        pick /= heavy
+    else:
+        pick[:] = 1.0 / count
+    move = np.linalg.solve(chol, directions.T)
+    with jax.enable_x64(True):
+        arrays = [jnp.asarray(a) for a in (pick, weight, bulk_mean, bulk_sd, tail_mean, tail_sd,
+                                           projection, move)]
+    return Jumps(*arrays), heavy
+
+
+def _no_jumps(size: int) -> Jumps:
+    """Placeholder proposals (never used: the runner is compiled without jumps)."""
+    with jax.enable_x64(True):
+        ones = jnp.ones(size) / size
+        return Jumps(ones, ones, ones, ones, ones, ones, jnp.eye(size), jnp.eye(size))
+
+
+def _run(structure: Structure, covariance: str, evidence: model.Evidence,
+         likelihood_chol: jax.Array, mean: np.ndarray, chol: np.ndarray,
+         starts: list[np.ndarray], warmup: int, samples: int, max_tree_depth: int,
+         target_accept: float, rng: np.random.Generator, workers: int, progress: Progress,
+         label: str, moves: int = 1, jump: Jumps | None = None, jumps: int = 0
+         ) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """One NUTS run whitened by ``phi = mean + chol u``; chains start at ``starts`` (phi).
+
+    Returns the sampling draws of ``phi`` (chains, samples, dim) and per-chain records.
+    """
+    init_kernel, run, value_grad, log_weight = _kernels(structure, covariance, moves, jumps)
+    jump = _no_jumps(mean.size) if jump is None else jump
+    with jax.enable_x64(True):
+        args = (evidence, jnp.asarray(mean), jnp.asarray(chol), likelihood_chol)
+    chains = len(starts)
+    u_starts = [np.linalg.solve(chol, start - mean) for start in starts]
     keys = [int(rng.integers(2**31)) for _ in range(chains)]
     total = warmup + samples
     chunks = -(-total // CHUNK)
@@ -119,30 +384,34 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
     def chain(i: int) -> dict[str, Any]:
         # enable_x64 is thread-local: every worker thread enters it itself.
         with jax.enable_x64(True):
-            u0 = jnp.asarray(starts[i])
+            u0 = jnp.asarray(u_starts[i])
             pe, grad = value_grad(u0, *args)
-            state = init_kernel(ParamInfo(u0, pe, grad), warmup,
+            state = init_kernel(ParamInfo(u0, pe, grad), warmup * moves,
                                 rng_key=jax.random.key(keys[i]),
                                 model_args=args,
                                 max_tree_depth=max_tree_depth,
                                 target_accept_prob=target_accept)
+            carry = (state, jax.random.key(keys[i] + 1), log_weight(u0, pe, *args))
             parts: list[tuple[np.ndarray, ...]] = []
             seconds: list[float] = []
             for k in range(chunks):
                 t0 = time.perf_counter()
-                state, out = run(state, *args)
+                carry, out = run(carry, jump, *args)
                 parts.append(tuple(np.asarray(x) for x in out))
                 seconds.append(time.perf_counter() - t0)
                 with lock:
                     done[0] += min(CHUNK, total - k * CHUNK)
                     stage = done[0] / chains
                     if stage <= warmup:
-                        progress("nuts warmup", stage, warmup)
+                        progress(f"{label} warmup", stage, warmup)
                     else:
-                        progress("nuts sampling", stage - warmup, samples)
-            z, steps, div, acc = (np.concatenate(x)[:total] for x in zip(*parts, strict=True))
+                        progress(f"{label} sampling", stage - warmup, samples)
+            z, steps, div, acc, mh, hops = (np.concatenate(x)[:total]
+                                            for x in zip(*parts, strict=True))
             return {"u": z[warmup:], "steps": steps, "divergent": div[warmup:],
-                    "accept": acc[warmup:], "step_size": float(state.adapt_state.step_size),
+                    "accept": acc[warmup:], "mh_accept": mh[warmup:],
+                    "jumps": hops[warmup:],
+                    "step_size": float(carry[0].adapt_state.step_size),
                     "first_chunk": seconds[0],
                     # After the first chunk (which includes compilation):
                     "steady_seconds": sum(seconds[1:]), "steady_steps": int(steps[CHUNK:].sum())}
@@ -150,19 +419,22 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
     with ThreadPoolExecutor(workers) as pool:
         results = list(pool.map(chain, range(chains)))
     u = np.stack([r["u"] for r in results])
+    return mean + u @ np.asarray(chol).T, results
+
+
+def _summary(phi: np.ndarray, results: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """Convergence and cost figures of one run."""
+    chains, _, dim = phi.shape
     n_steps = np.stack([r["steps"] for r in results])
-    phi = laplace.mean + u @ np.asarray(chol).T
     rhat = np.asarray(split_gelman_rubin(phi)) if chains > 1 else np.full(dim, np.nan)
     ess = np.asarray(effective_sample_size(phi))
-    seconds = time.perf_counter() - started
-    diagnostics = {
-        "chains": chains, "warmup": warmup, "samples": samples, "workers": workers,
-        "max_tree_depth": max_tree_depth, "target_accept": target_accept,
-        "covariance": covariance,
+    return {
         "max_rhat": float(np.nanmax(rhat)) if chains > 1 else None,
         "min_ess": float(np.min(ess)),
         "divergences": int(sum(r["divergent"].sum() for r in results)),
         "mean_accept_prob": float(np.mean([r["accept"].mean() for r in results])),
+        "correction_accept_rate": float(np.mean([r["mh_accept"].mean() for r in results])),
+        "accepted_jumps_per_iteration": float(np.mean([r["jumps"].mean() for r in results])),
         "step_size": [r["step_size"] for r in results],
         "leapfrog_steps": {"warmup": int(n_steps[:, :warmup].sum()),
                            "sampling": int(n_steps[:, warmup:].sum()),
@@ -172,10 +444,14 @@ def sample(structure: Structure, reduced: Reduced, laplace: Laplace, prior_sd: f
         # workers the chains share the cores, so this is not the per-core cost.
         "ms_per_leapfrog_step": round(1e3 * sum(r["steady_seconds"] for r in results)
                                       / max(1, sum(r["steady_steps"] for r in results)), 3),
-        "seconds": round(seconds, 3),
         "compile_and_first_chunk_seconds": round(max(r["first_chunk"] for r in results), 3),
     }
-    return Draws(phi, diagnostics)
+
+
+def _fixed_covariance(structure: Structure, phi: np.ndarray, evidence: model.Evidence
+                      ) -> jax.Array:
+    """Cholesky factor of the likelihood's covariance at ``phi`` (inside enable_x64)."""
+    return jnp.linalg.cholesky(_likelihood_covariance(structure)(jnp.asarray(phi), evidence))
 
 
 @lru_cache(maxsize=16)

@@ -63,7 +63,14 @@ class NapsuMQ:
     ``covariance`` is ``exact`` (the likelihood's covariance n Sigma(theta) + noise
     moves with theta, as in the paper) or ``mode`` (fixed at the Laplace mode: an
     approximation that makes each NUTS step 20-40x cheaper on Adult; NUTS only;
-    its effect on coverage is measured in docs/napsu_mq.md).
+    its effect on coverage is measured in docs/napsu_mq.md), or ``corrected``
+    (NUTS moves on the fixed-covariance posterior, each iteration corrected by a
+    Metropolis-Hastings step with the exact likelihood: exact, not an
+    approximation). ``pilot_warmup`` + ``pilot_samples`` > 0 first run a short
+    pilot on the cheap fixed-covariance posterior whose draws whiten and start
+    the real run; ``jumps`` single-parameter Metropolis-Hastings updates per
+    iteration (fitted to the pilot's heavy-tailed parameters) and ``moves`` NUTS
+    transitions per iteration only tune the sampler (docs/napsu_mq.md).
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
@@ -71,6 +78,10 @@ class NapsuMQ:
     select_share: float = 0.2
     inference: str = "nuts"
     covariance: str = "exact"
+    pilot_warmup: int = 0
+    pilot_samples: int = 0
+    moves: int = 1
+    jumps: int = 0
     chains: int = 4
     warmup: int = 800
     samples: int = 2000
@@ -90,7 +101,14 @@ class NapsuMQ:
         checks = [
             (self.select in ("mst", "none"), "select must be 'mst' or 'none'"),
             (self.inference in ("nuts", "laplace"), "inference must be 'nuts' or 'laplace'"),
-            (self.covariance in ("exact", "mode"), "covariance must be 'exact' or 'mode'"),
+            (self.covariance in ("exact", "mode", "corrected"),
+             "covariance must be 'exact', 'mode' or 'corrected'"),
+            (self.pilot_warmup >= 0 and self.pilot_samples >= 0,
+             "pilot_warmup and pilot_samples must be non-negative"),
+            (self.moves >= 1, "moves must be at least 1"),
+            (self.jumps >= 0, "jumps must be non-negative"),
+            (self.jumps == 0 or self.pilot_samples > 0,
+             "jumps are fitted to pilot draws: set pilot_samples too"),
             (0 < self.select_share < 1, "select_share must be between 0 and 1"),
             (self.chains >= 1, "chains must be at least 1"),
             (self.warmup >= 1 and self.samples >= 1, "warmup and samples must be positive"),
@@ -177,7 +195,9 @@ class NapsuMQ:
                                     samples=self.samples, max_tree_depth=self.max_tree_depth,
                                     target_accept=self.target_accept, rng=rng,
                                     progress=progress, workers=self.workers,
-                                    covariance=self.covariance)
+                                    covariance=self.covariance,
+                                    pilot=(self.pilot_warmup, self.pilot_samples),
+                                    moves=self.moves, jumps=self.jumps)
                 diagnostics["nuts"] = draws.diagnostics
                 timings["nuts"] = draws.diagnostics["seconds"]
                 posterior = post.Samples(post.thin(draws.phi, self.keep_draws))
