@@ -68,8 +68,8 @@ class NapsuMQ:
     Metropolis-Hastings step with the exact likelihood: exact, not an
     approximation). ``pilot_warmup`` + ``pilot_samples`` > 0 first run a short
     pilot on the cheap fixed-covariance posterior whose draws whiten and start
-    the real run; ``jumps`` single-parameter Metropolis-Hastings updates per
-    iteration (fitted to the pilot's heavy-tailed parameters) and ``moves`` NUTS
+    the real run; ``jumps`` Metropolis-Hastings updates per iteration along
+    cell directions (fitted to the pilot's heavy-tailed cells) and ``moves`` NUTS
     transitions per iteration only tune the sampler (docs/napsu_mq.md).
     """
 
