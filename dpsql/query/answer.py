@@ -3,7 +3,8 @@
 ``run_statement`` handles DP SELECTs, ``SET``/``RESET``/``SHOW dpsql.*``,
 ``SHOW dpsql.budget`` and ``SELECT * FROM dpsql_budget()``, ``EXPLAIN PRIVACY``
 and read-only queries over ``released.*`` tables. A DP query goes: parse and
-validate -> plan -> calibrate noise (refusals cost nothing) -> cache lookup ->
+validate -> plan (or reuse the user's plan of the same text,
+:mod:`dpsql.query.plancache`) -> calibrate noise (refusals cost nothing) -> cache lookup ->
 **charge** -> run the generated SQL -> expand the public keys -> add noise ->
 store the noisy measures -> post-process. The ledger charges before any
 private value is computed; a failure after the charge keeps the charge and
