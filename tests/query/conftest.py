@@ -76,6 +76,33 @@ def with_budgets(policy_path: Path, *, budget: Any = None, cap: Any = None,
 INFINITE = {"epsilon": float("inf")}
 
 
+def table_policy(columns: str) -> str:
+    """A pure-DP policy over one table ``t`` with unbounded budgets and ``columns`` (YAML)."""
+    return f"""version: 1
+accounting: pure
+datasets:
+  t:
+    table: t
+    budget: {INFINITE}
+    query_cap: {INFINITE}
+    default_query: {INFINITE}
+    columns:
+{columns}
+users:
+  admin: {{role: admin, budgets: {{t: {INFINITE}}}}}
+"""
+
+
+def apply_adult_bounds(path: Path, directory: Path, column: str, bounds: list[float]) -> None:
+    """Apply the unbounded-budget Adult policy with ``column``'s bounds changed, as admin."""
+    raw = yaml.safe_load(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    raw["datasets"]["adult"]["columns"][column]["bounds"] = bounds
+    policy = directory / f"{column}_bounds.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    with dpsql.connect(path, "admin") as admin:
+        admin.apply_policy(policy)
+
+
 def _init(directory: Path, name: str, text: str, data: dict[str, Path] | None = None,
           na: str | None = None, enforce_bounds: bool = False) -> Path:
     policy = directory / f"{name}.yaml"

@@ -16,29 +16,16 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 import dpsql
 from dpsql.ledger import Ledger
 from dpsql.query.engine import DuckDBEngine, between_bounds
 from tests.conftest import ADULT_POLICY
 
-from .conftest import INFINITE, plain, with_budgets
+from .conftest import INFINITE, apply_adult_bounds, plain, table_policy, with_budgets
 
-POLICY = f"""version: 1
-accounting: pure
-datasets:
-  t:
-    table: t
-    budget: {INFINITE}
-    query_cap: {INFINITE}
-    default_query: {INFINITE}
-    columns:
-      whole: {{type: integer, bounds: [0, 10], bins: 2}}
-      real: {{type: float, bounds: [-1.5, 2.5], bins: 2}}
-users:
-  admin: {{role: admin, budgets: {{t: {INFINITE}}}}}
-"""
+POLICY = table_policy("""      whole: {type: integer, bounds: [0, 10], bins: 2}
+      real: {type: float, bounds: [-1.5, 2.5], bins: 2}""")
 
 SUM = "SELECT SUM(capital_gain) FROM adult WHERE age BETWEEN 20 AND 40"
 CLAMPED = "SELECT SUM(least(capital_gain, {hi})) FROM adult WHERE age BETWEEN 20 AND 40"
@@ -148,11 +135,7 @@ def test_the_schema_read_and_the_sum_share_one_snapshot(
 
 def test_narrower_policy_bounds_bring_the_clamp_back(enforced_adult: Path, tmp_path: Path,
                                                      engine_calls: list[str]) -> None:
-    raw = yaml.safe_load(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
-    raw["datasets"]["adult"]["columns"]["capital_gain"]["bounds"] = [0, 50]
-    (tmp_path / "narrow.yaml").write_text(yaml.safe_dump(raw))
-    with dpsql.connect(enforced_adult, "admin") as admin:
-        admin.apply_policy(tmp_path / "narrow.yaml")
+    apply_adult_bounds(enforced_adult, tmp_path, "capital_gain", [0, 50])
     with dpsql.connect(enforced_adult, "alice") as alice:
         answer = alice.sql(SUM)
         assert "CASE" in engine_calls[-1]

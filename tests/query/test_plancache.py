@@ -6,14 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 
 import dpsql
 from dpsql.query import answer as answer_module
 from dpsql.query.answer import Answer
 from tests.conftest import ADULT_POLICY
 
-from .conftest import INFINITE, plain, with_budgets
+from .conftest import INFINITE, apply_adult_bounds, plain, with_budgets
 
 SQL = "SELECT sex, SUM(capital_gain) AS s FROM adult GROUP BY sex"
 
@@ -48,11 +47,7 @@ def test_another_policy_plans_again(build: Callable[..., Path], plannings: list[
     path = build(text)
     with dpsql.connect(path, "alice") as alice:
         alice.sql(SQL)
-    raw = yaml.safe_load(text)
-    raw["datasets"]["adult"]["columns"]["capital_gain"]["bounds"] = [0, 20]
-    (tmp_path / "p2.yaml").write_text(yaml.safe_dump(raw))
-    with dpsql.connect(path, "admin") as admin:
-        admin.apply_policy(tmp_path / "p2.yaml")
+    apply_adult_bounds(path, tmp_path, "capital_gain", [0, 20])
     with dpsql.connect(path, "alice") as alice:
         answer = alice.sql(SQL)
         expected = plain(alice, "SELECT sex, SUM(least(capital_gain, 20)) FROM adult "

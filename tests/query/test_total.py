@@ -15,7 +15,7 @@ import pytest
 import dpsql
 from dpsql.store import Store
 
-from .conftest import INFINITE
+from .conftest import table_policy
 
 TYPES = {
     "b": ("BIGINT", "9223372036854775807"),
@@ -26,21 +26,10 @@ TYPES = {
     "f": ("DOUBLE", "'inf'"),
 }
 
-POLICY = f"""version: 1
-accounting: pure
-datasets:
-  t:
-    table: t
-    budget: {INFINITE}
-    query_cap: {INFINITE}
-    default_query: {INFINITE}
-    columns:
-      name: {{type: categorical, values: [a, b, rich]}}
-{chr(10).join(f'      {c}: {{type: float, bounds: [0, 1000000], bins: [0, 10, 1000000]}}'
-              for c in TYPES)}
-users:
-  admin: {{role: admin, budgets: {{t: {INFINITE}}}}}
-"""
+POLICY = table_policy(
+    "      name: {type: categorical, values: [a, b, rich]}\n"
+    + "\n".join(f"      {c}: {{type: float, bounds: [0, 1000000], bins: [0, 10, 1000000]}}"
+                for c in TYPES))
 
 QUERIES = [
     "SELECT COUNT(*) FROM t WHERE {c} > 0.0000000000000000000001",
@@ -93,19 +82,7 @@ def test_extreme_values_never_raise(stores, column, template):
 def test_enum_keys_group_like_text(tmp_path):
     """An ENUM column arrives dictionary-encoded; grouping by it must answer, not fail."""
     policy = tmp_path / "p.yaml"
-    policy.write_text(f"""version: 1
-accounting: pure
-datasets:
-  t:
-    table: t
-    budget: {INFINITE}
-    query_cap: {INFINITE}
-    default_query: {INFINITE}
-    columns:
-      mood: {{type: categorical, values: [sad, ok, happy]}}
-users:
-  admin: {{role: admin, budgets: {{t: {INFINITE}}}}}
-""")
+    policy.write_text(table_policy("      mood: {type: categorical, values: [sad, ok, happy]}"))
     path = tmp_path / "enum.duckdb"
     with Store.open(path, create=True) as store, store.transaction() as cur:
         cur.execute("CREATE TYPE mood_t AS ENUM ('sad', 'ok', 'happy')")
