@@ -14,7 +14,7 @@ records a reason that does not depend on the data.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -217,11 +217,15 @@ def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
 
 @dataclass(frozen=True)
 class _Prepared:
-    plan: QueryPlan
+    entry: Entry
     cost: PrivacyCost
     noises: tuple[Noise, ...]
-    sql: exp.Select
     key: str
+    ctx: Context
+
+    @property
+    def plan(self) -> QueryPlan:
+        return self.entry.plan
 
 
 def _planned(call: _Call, ast: exp.Expr, text: str) -> Entry:
@@ -259,24 +263,29 @@ def _column_types(call: _Call, dataset: Dataset) -> dict[str, str]:
 
 
 def _prepare(call: _Call, entry: Entry) -> _Prepared:
-    """Everything up to the charge: price, calibrate and generate the SQL."""
+    """Everything up to the cache look-up: price and calibrate (no SQL yet)."""
     plan = entry.plan
     cost = query_cost(call.policy, plan.dataset, call.session.options, plan.options or {})
-    clamped = clamped_columns(plan)
-    enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
-                if c in clamped} if clamped else {}
-    ctx = Context(cache.secret(call.session.store), entry.types, exact=cost.infinite,
-                  enforced=enforced)
+    ctx = Context(cache.secret(call.session.store), entry.types, exact=cost.infinite)
     noises = calibrate(plan, cost, call.policy.accounting, ctx)
     key = cache.cache_key(call.user, call.policy.fingerprint, plan, cost)
-    sql = entry.generated((ctx.exact, enforced), lambda: to_sql(plan, ctx))
-    return _Prepared(plan, cost, noises, sql, key)
+    return _Prepared(entry, cost, noises, key, ctx)
 
 
 def _bind(call: _Call, prepared: _Prepared) -> Prepared:
-    """Bind the generated SQL without reading data (before the charge)."""
+    """Generate the SQL and bind it without reading data (before the charge).
+
+    Only a query the cache cannot answer gets here, so only it reads the bounds
+    the database enforces (they decide which columns are clamped).
+    """
+    plan = prepared.plan
+    clamped = clamped_columns(plan)
+    enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
+                if c in clamped} if clamped else {}
+    ctx = replace(prepared.ctx, enforced=enforced)
+    sql = prepared.entry.generated((ctx.exact, enforced), lambda: to_sql(plan, ctx))
     try:
-        return call.engine.prepare(prepared.sql)
+        return call.engine.prepare(sql)
     except EngineError as err:
         raise InternalError("dpsql generated a query the database cannot plan; this is a "
                             "bug in dpsql, please report it with your query") from err
