@@ -168,6 +168,7 @@ class Store:
         self.pending_lock = threading.Lock()
         self._writer: ThreadPoolExecutor | None = None
         self._writer_lock = threading.Lock()
+        self._held = threading.local()  # writes deferred inside holding_writes()
         self._policy_cache: tuple[int, Policy] | None = None
         self._ids: list[int] = []
         self._ids_lock = threading.Lock()
@@ -224,10 +225,32 @@ class Store:
         in order; ``after`` runs once the transaction is over (committed or not);
         :meth:`flush` waits for them.
         """
+        held = getattr(self._held, "writes", None)
+        if held is not None:
+            held.append((write, after))
+            return
         with self._writer_lock:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix="dpsql-store-writer")
             self._writer.submit(self._run_deferred, write, after)
+
+    @contextmanager
+    def holding_writes(self) -> Iterator[None]:
+        """Keep this thread's deferred writes until the block ends, then queue them in order.
+
+        The writer's Python work would otherwise compete for the interpreter with
+        the answer still being built; a block inside another one changes nothing.
+        """
+        if getattr(self._held, "writes", None) is not None:
+            yield
+            return
+        self._held.writes = []
+        try:
+            yield
+        finally:
+            held, self._held.writes = self._held.writes, None
+            for write, after in held:
+                self.defer(write, after)
 
     def _run_deferred(self, write: Callable[[duckdb.DuckDBPyConnection], None],
                       after: Callable[[], None] | None) -> None:

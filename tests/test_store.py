@@ -147,3 +147,30 @@ def test_policy_history_keeps_every_version(admin, tmp_path):
     history = admin.store.policy_history()
     assert [h["version"] for h in history] == [1, 2]
     assert admin.policy.users["alice"].budgets["adult"] == admin.cost(epsilon=3)
+
+
+def test_writes_deferred_while_held_are_queued_in_order_when_the_hold_ends(store_path):
+    def note(n):
+        return lambda cur: cur.execute("INSERT INTO held VALUES (?)", [n])
+
+    def rows(store):
+        return [r[0] for r in store.cursor().execute("SELECT n FROM held").fetchall()]
+
+    def held_then_failed(store):
+        with store.holding_writes():
+            store.defer(note(1))
+            with store.holding_writes():  # nested: still held by the outer block
+                store.defer(note(2))
+            store.flush()
+            assert rows(store) == []
+            raise RuntimeError("the block failed")
+
+    with Store.open(store_path) as store:
+        store.cursor().execute("CREATE TABLE held (n INTEGER)")
+        with pytest.raises(RuntimeError, match="the block failed"):
+            held_then_failed(store)
+        store.flush()
+        assert rows(store) == [1, 2]  # queued even though the block raised
+        store.defer(note(3))  # outside a hold: queued at once
+        store.flush()
+        assert rows(store) == [1, 2, 3]

@@ -7,15 +7,19 @@ validate -> plan (or reuse the user's plan of the same text,
 :mod:`dpsql.query.plancache`) -> calibrate noise (refusals cost nothing) -> cache lookup ->
 **charge** -> run the generated SQL -> expand the public keys -> add noise ->
 store the noisy measures -> post-process. The ledger charges before any
-private value is computed; a failure after the charge keeps the charge and
-records a reason that does not depend on the data.
+private value is computed; while the charge commits, a helper thread binds
+the generated SQL and draws the noise (neither reads a private value). A
+failure after the charge keeps the charge and records a reason that does not
+depend on the data.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
+from concurrent import futures
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -122,10 +126,11 @@ def run_statement(session: Session, text: str) -> Answer:
     """Answer one statement as ``session``'s user; rejections are audited and re-raised."""
     policy = session.policy
     call = _Call(session, policy, Ledger(session.store, policy), engine_for(session))
-    try:
-        return _statement(call, text)
-    finally:
-        call.engine.close()
+    with session.store.holding_writes():  # the bookkeeping starts once the answer is ready
+        try:
+            return _statement(call, text)
+        finally:
+            call.engine.close()
 
 
 def _statement(call: _Call, text: str) -> Answer:
@@ -305,15 +310,18 @@ def _dp(call: _Call, entry: Entry, text: str) -> Answer:
                   f"{meta.both_units(remaining, policy.delta, budget=True)}")
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
-    bound = _bind(call, prepared)
+    ready = _helpers().submit(_get_ready, call, prepared)
     try:
         charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
     except BaseException:
-        bound.close()
+        futures.wait([ready])  # it uses the statement's cursor: let it finish first
+        if ready.exception() is None:
+            ready.result().bound.close()
         raise
     try:
+        bound, draws = ready.result()
         dense = expand_public_keys(plan, bound.run())
-        noisy = [n.apply(d) for n, d in zip(prepared.noises, dense, strict=True)]
+        noisy = [d + z for d, z in zip(dense, draws, strict=True)]
         noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
                            charge.id, prepared.noises, noisy,
                            lambda cur: call.ledger.close(charge, "answered", cursor=cur))
@@ -328,6 +336,36 @@ def _dp(call: _Call, entry: Entry, text: str) -> Answer:
               f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
                    notice, False, charge.id)
+
+
+class _Ready(NamedTuple):
+    """A query ready to run once its charge commits: the bound SQL and its noise."""
+
+    bound: Prepared
+    draws: list[np.ndarray]
+
+
+def _get_ready(call: _Call, prepared: _Prepared) -> _Ready:
+    """Bind the SQL and draw the noise (on a helper thread, while the charge commits).
+
+    Neither reads a private value, so neither needs to wait for the charge.
+    """
+    bound = _bind(call, prepared)
+    cells = prepared.plan.cells
+    return _Ready(bound, [n.sample(cells) for n in prepared.noises])
+
+
+_helper_pool: futures.ThreadPoolExecutor | None = None
+_helper_lock = threading.Lock()
+
+
+def _helpers() -> futures.ThreadPoolExecutor:
+    """The threads that get queries ready (one per concurrent statement, up to 8)."""
+    global _helper_pool
+    with _helper_lock:
+        if _helper_pool is None:
+            _helper_pool = futures.ThreadPoolExecutor(8, thread_name_prefix="dpsql-ready")
+        return _helper_pool
 
 
 def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],

@@ -95,6 +95,17 @@ class Noise:
         """Laplace scale or Gaussian sigma, in the answer's units."""
         return self.unit_scale * float(self.grid)
 
+    def sample(self, size: int) -> np.ndarray:
+        """``size`` fresh draws (int64 grid units) from the secure sampler; zeros if no noise.
+
+        Noise depends on no data, so it may be drawn before the query runs.
+        """
+        if not self.noisy:
+            return np.zeros(size, dtype=np.int64)
+        if self.mechanism == "discrete_laplace":
+            return noise.discrete_laplace(self.param, size)
+        return noise.discrete_gaussian(self.param, size)
+
     def apply(self, values: np.ndarray) -> np.ndarray:
         """``values`` (int64 grid units) plus fresh noise from the secure sampler."""
         if not self.noisy:

@@ -17,7 +17,7 @@ import pytest
 import dpsql
 from dpsql import noise
 from dpsql.privacy import PrivacyCost
-from dpsql.query.engine import EngineError, _DuckDBPrepared
+from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
 from tests.query.conftest import charges, with_budgets
@@ -191,6 +191,38 @@ def test_a_failure_after_the_charge_keeps_it_and_says_nothing_of_the_data(
     last = pure_adult.audit(last=1)[0]
     assert last["outcome"] == "failed"
     assert "secret" not in (last["reason"] or "")
+
+
+def test_sql_that_fails_to_bind_during_the_charge_keeps_the_charge(
+        pure_adult: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The SQL is bound while the charge commits, so a bind failure (a dpsql bug)
+    # now comes after the charge: it stands, and the message names no data.
+    def broken(self: DuckDBEngine, query: object) -> object:
+        raise EngineError("Binder Error: column 'secret value 42' not found")
+
+    monkeypatch.setattr(DuckDBEngine, "prepare", broken)
+    with pytest.raises(dpsql.InternalError) as caught:
+        pure_adult.sql("SELECT COUNT(*) FROM adult")
+    assert "secret" not in str(caught.value)
+    assert charges(pure_adult) == 1
+    assert pure_adult.audit(last=1)[0]["outcome"] == "failed"
+    monkeypatch.undo()
+    assert pure_adult.sql("SELECT COUNT(*) FROM adult WHERE age > 30").cost.units > 0
+
+
+def test_a_refused_charge_ends_the_statement_cleanly(build: Callable[..., Path]) -> None:
+    text = with_budgets(ADULT_POLICY, accounting="pure", budget={"epsilon": 0.15},
+                        cap={"epsilon": 0.15}, default={"epsilon": 0.1})
+    with dpsql.connect(build(text), "alice") as session:
+        session.sql("SELECT COUNT(*) FROM adult")
+        for _ in range(3):  # the SQL was readied alongside each refused charge
+            with pytest.raises(dpsql.BudgetExceeded):
+                session.sql("SELECT COUNT(*) FROM adult WHERE age > 30")
+        assert charges(session) == 1
+        assert [r["outcome"] for r in session.audit(last=3)] == ["refused"] * 3
+        session.sql("SET dpsql.epsilon = 0.05")
+        assert session.sql("SELECT COUNT(*) FROM adult WHERE age > 30").cost \
+            == PrivacyCost.pure("0.05")
 
 
 def test_explain_privacy_charges_nothing_and_matches_the_answer(pure_adult: Session) -> None:
