@@ -319,9 +319,9 @@ def _dp(call: _Call, entry: Entry, text: str) -> Answer:
             ready.result().bound.close()
         raise
     try:
-        bound, draws = ready.result()
-        dense = expand_public_keys(plan, bound.run())
-        noisy = [d + z for d, z in zip(dense, draws, strict=True)]
+        got = ready.result()
+        dense = expand_public_keys(plan, got.bound.run())
+        noisy = [d + z for d, z in zip(dense, got.draws, strict=True)]
         noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
                            charge.id, prepared.noises, noisy,
                            lambda cur: call.ledger.close(charge, "answered", cursor=cur))
@@ -335,24 +335,27 @@ def _dp(call: _Call, entry: Entry, text: str) -> Answer:
     notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
               f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
-                   notice, False, charge.id)
+                   notice, False, charge.id, got.columns)
 
 
 class _Ready(NamedTuple):
-    """A query ready to run once its charge commits: the bound SQL and its noise."""
+    """A query ready to run once its charge commits: the bound SQL, its noise, its columns."""
 
     bound: Prepared
     draws: list[np.ndarray]
+    columns: dict[str, dict[str, Any]]
 
 
 def _get_ready(call: _Call, prepared: _Prepared) -> _Ready:
-    """Bind the SQL and draw the noise (on a helper thread, while the charge commits).
+    """Bind the SQL, draw the noise and describe the columns (while the charge commits).
 
-    Neither reads a private value, so neither needs to wait for the charge.
+    None of it reads a private value, so none of it needs to wait for the charge.
     """
+    plan, noises = prepared.plan, prepared.noises
     bound = _bind(call, prepared)
-    cells = prepared.plan.cells
-    return _Ready(bound, [n.sample(cells) for n in prepared.noises])
+    draws = [n.sample(plan.cells) for n in noises]
+    level = confidence(call.session.options)
+    return _Ready(bound, draws, column_info(plan, noises, call.policy.delta, level))
 
 
 _helper_pool: futures.ThreadPoolExecutor | None = None
@@ -370,11 +373,13 @@ def _helpers() -> futures.ThreadPoolExecutor:
 
 def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
             noisy: list[np.ndarray], cost: PrivacyCost, remaining: PrivacyCost, notice: str,
-            cached: bool, audit_id: int) -> Answer:
+            cached: bool, audit_id: int,
+            columns: dict[str, dict[str, Any]] | None = None) -> Answer:
     level = confidence(call.session.options)
     table = answer_table(plan, base_table(plan, noisy, noises, level), level)
-    return Answer(table, "dp", cost, remaining, plan.dataset.name, cached,
-                  column_info(plan, noises, call.policy.delta, level), notice,
+    if columns is None:
+        columns = column_info(plan, noises, call.policy.delta, level)
+    return Answer(table, "dp", cost, remaining, plan.dataset.name, cached, columns, notice,
                   f"SELECT {table.num_rows}", audit_id)
 
 
