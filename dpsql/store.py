@@ -216,17 +216,19 @@ class Store:
 
     # -- deferred writes ------------------------------------------------------------------
     def defer(self, write: Callable[[duckdb.DuckDBPyConnection], None],
-              after: Callable[[], None] | None = None) -> None:
+              after: Callable[[], None] | None = None, *, hold: bool = False) -> None:
         """Run ``write`` soon in its own transaction on the store's writer thread.
 
         For bookkeeping that must not delay an answer but need not be durable
         before it is returned (stored answers, audit outcomes); never for
         charges, which commit before anything private is computed. Writes run
         in order; ``after`` runs once the transaction is over (committed or not);
-        :meth:`flush` waits for them.
+        :meth:`flush` waits for them. With ``hold`` (the calling thread's own
+        bookkeeping) a write made inside :meth:`holding_writes` waits for the
+        block to end.
         """
         held = getattr(self._held, "writes", None)
-        if held is not None:
+        if hold and held is not None:
             held.append((write, after))
             return
         with self._writer_lock:
@@ -236,10 +238,11 @@ class Store:
 
     @contextmanager
     def holding_writes(self) -> Iterator[None]:
-        """Keep this thread's deferred writes until the block ends, then queue them in order.
+        """Keep this thread's held writes (``defer(..., hold=True)``) until the block ends.
 
         The writer's Python work would otherwise compete for the interpreter with
-        the answer still being built; a block inside another one changes nothing.
+        the answer still being built. A block inside another one changes nothing;
+        :meth:`flush` inside the block queues the held writes first.
         """
         if getattr(self._held, "writes", None) is not None:
             yield
@@ -248,9 +251,22 @@ class Store:
         try:
             yield
         finally:
-            held, self._held.writes = self._held.writes, None
-            for write, after in held:
+            self._queue_held()
+            self._held.writes = None
+
+    def _queue_held(self) -> None:
+        """Queue this thread's held writes, in order."""
+        held = getattr(self._held, "writes", None)
+        if not held:
+            return
+        self._held.writes = []
+        for write, after in held:
+            try:
                 self.defer(write, after)
+            except RuntimeError:  # the store closed meanwhile: lost, as in a crash
+                logger.exception("a held write to %s was dropped", self.path.name)
+                if after is not None:
+                    after()
 
     def _run_deferred(self, write: Callable[[duckdb.DuckDBPyConnection], None],
                       after: Callable[[], None] | None) -> None:
@@ -265,6 +281,7 @@ class Store:
 
     def flush(self) -> None:
         """Wait until every deferred write so far has committed (read your own writes)."""
+        self._queue_held()
         with self._writer_lock:
             writer = self._writer
         if writer is not None:

@@ -15,6 +15,7 @@ depend on the data.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from concurrent import futures
@@ -278,7 +279,7 @@ def _prepare(call: _Call, entry: Entry) -> _Prepared:
 
 
 def _bind(call: _Call, prepared: _Prepared) -> Prepared:
-    """Generate the SQL and bind it without reading data (before the charge).
+    """Generate the SQL and bind it without reading data (before the charge ends).
 
     Only a query the cache cannot answer gets here, so only it reads the bounds
     the database enforces (they decide which columns are clamped).
@@ -310,14 +311,22 @@ def _dp(call: _Call, entry: Entry, text: str) -> Answer:
                   f"{meta.both_units(remaining, policy.delta, budget=True)}")
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
-    ready = _helpers().submit(_get_ready, call, prepared)
+    ready = _helpers().submit(_ready_to_run, call, prepared)
     try:
-        charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
-    except BaseException:
-        futures.wait([ready])  # it uses the statement's cursor: let it finish first
-        if ready.exception() is None:
-            ready.result().bound.close()
-        raise
+        return _charged(call, entry, prepared, ready, text)
+    finally:
+        _wait_out(ready)
+
+
+def _charged(call: _Call, entry: Entry, prepared: _Prepared, ready: futures.Future[_Ready],
+             text: str) -> Answer:
+    """Charge, run, add the noise and store the answer (``ready`` readies the query meanwhile)."""
+    plan, store, policy = prepared.plan, call.session.store, call.policy
+    dataset = plan.dataset.name
+    if not entry.bound:  # a plan's first SQL binds before the charge: a dpsql bug costs nothing
+        ready.result()
+        entry.bound = True
+    charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
     try:
         got = ready.result()
         dense = expand_public_keys(plan, got.bound.run())
@@ -346,7 +355,7 @@ class _Ready(NamedTuple):
     columns: dict[str, dict[str, Any]]
 
 
-def _get_ready(call: _Call, prepared: _Prepared) -> _Ready:
+def _ready_to_run(call: _Call, prepared: _Prepared) -> _Ready:
     """Bind the SQL, draw the noise and describe the columns (while the charge commits).
 
     None of it reads a private value, so none of it needs to wait for the charge.
@@ -358,17 +367,37 @@ def _get_ready(call: _Call, prepared: _Prepared) -> _Ready:
     return _Ready(bound, draws, column_info(plan, noises, call.policy.delta, level))
 
 
+def _wait_out(ready: futures.Future[_Ready]) -> None:
+    """Wait for ``ready`` to end, through interrupts too: it may be using the statement's cursor."""
+    interrupted: BaseException | None = None
+    while not ready.done():
+        try:
+            futures.wait([ready])
+        except BaseException as err:  # e.g. Ctrl-C: wait on, then raise it
+            interrupted = err
+    if interrupted is not None:
+        raise interrupted
+
+
 _helper_pool: futures.ThreadPoolExecutor | None = None
 _helper_lock = threading.Lock()
 
 
 def _helpers() -> futures.ThreadPoolExecutor:
-    """The threads that get queries ready (one per concurrent statement, up to 8)."""
+    """The threads that ready queries (made as needed, one per concurrent statement)."""
     global _helper_pool
     with _helper_lock:
         if _helper_pool is None:
-            _helper_pool = futures.ThreadPoolExecutor(8, thread_name_prefix="dpsql-ready")
+            _helper_pool = futures.ThreadPoolExecutor(64, thread_name_prefix="dpsql-ready")
         return _helper_pool
+
+
+def _forget_helpers() -> None:  # a forked child has none of its parent's threads
+    global _helper_pool
+    _helper_pool = None
+
+
+os.register_at_fork(after_in_child=_forget_helpers)
 
 
 def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
@@ -414,8 +443,10 @@ def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
 
 
 def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
-    prepared = _prepare(call, _planned(call, ast, inner))
-    _bind(call, prepared).close()
+    entry = _planned(call, ast, inner)
+    prepared = _prepare(call, entry)
+    _bind(call, prepared)  # SQL that cannot bind is found here, at no cost
+    entry.bound = True
     plan, policy = prepared.plan, call.policy
     level = confidence(call.session.options) or DEFAULT_CONFIDENCE
     info = column_info(plan, prepared.noises, policy.delta, level)

@@ -70,8 +70,8 @@ def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, a
     """Keep an answer (and run ``also`` in the same transaction); returns the kept vectors.
 
     The answer is visible to :func:`lookup` at once and written to the store by
-    the store's writer thread, so the analyst does not wait for a second
-    durable commit. If the process dies first, a repeat is simply charged
+    the store's writer thread once the statement ends, so the analyst does not
+    wait for a second durable commit. If the process dies first, a repeat is simply charged
     again: losing a stored answer costs budget, never privacy. A concurrent
     twin that got there first is kept: its numbers are returned instead.
     """
@@ -83,7 +83,7 @@ def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, a
             waiting[key] = answer
     if twin is not None:
         if also is not None:  # this request was charged too: its audit row still closes
-            store.defer(also)
+            store.defer(also, hold=True)
         return twin.measures
     store.state(_KnownKeys).add(key)
     created = now()
@@ -105,7 +105,7 @@ def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, a
         with _pending_lock:
             _pending.get(store, {}).pop(key, None)
 
-    store.defer(write, written)
+    store.defer(write, written, hold=True)
     return measures
 
 

@@ -2,8 +2,9 @@
 
 Plans are sqlglot ASTs; :class:`DuckDBEngine` renders them in the DuckDB dialect
 and runs them on the store's hardened connection. ``prepare`` binds a query
-(names, types, functions) without reading a row, so a query that cannot run is
-found before the ledger charges; the prepared query then runs after the charge.
+(names, types, functions) without reading a row, so a plan whose SQL cannot
+bind is found before the ledger charges it (the first time it runs; later runs
+bind while the charge commits); the prepared query runs after the charge.
 One engine serves one statement and reads everything (column types,
 constraints, the aggregation) in one snapshot, so the SQL runs on the schema it
 was generated for, whatever an administrator changes meanwhile.
@@ -42,9 +43,6 @@ class Prepared(Protocol):
 
     def run(self) -> pa.Table:
         """Run the query and return its result (once)."""
-
-    def close(self) -> None:
-        """Release the query without running it."""
 
 
 class Engine(Protocol):
@@ -86,9 +84,6 @@ class _DuckDBPrepared:
             return relation.to_arrow_table()
         except duckdb.Error as err:
             raise EngineError(str(err).splitlines()[0]) from err
-
-    def close(self) -> None:
-        """Nothing to release: the engine's snapshot ends with the statement."""
 
 
 class _Bound:

@@ -106,14 +106,6 @@ class Noise:
             return noise.discrete_laplace(self.param, size)
         return noise.discrete_gaussian(self.param, size)
 
-    def apply(self, values: np.ndarray) -> np.ndarray:
-        """``values`` (int64 grid units) plus fresh noise from the secure sampler."""
-        if not self.noisy:
-            return np.asarray(values, dtype=np.int64)
-        if self.mechanism == "discrete_laplace":
-            return noise.add_discrete_laplace(values, self.param)
-        return noise.add_discrete_gaussian(values, self.param)
-
     def std(self) -> float:
         """Standard deviation of the noise in the answer's units."""
         if not self.noisy:

@@ -32,11 +32,15 @@ CAPACITY = 512
 
 @dataclass
 class Entry:
-    """One planned text: its plan, the column types it was planned with, its SQL per context."""
+    """One planned text: its plan, the column types it was planned with, its SQL per context.
+
+    ``bound``: its SQL has bound once, so later runs may bind it while the charge commits.
+    """
 
     plan: QueryPlan
     types: Mapping[str, str]
     sql: dict[Any, exp.Select] = field(default_factory=dict)
+    bound: bool = False
 
     def generated(self, context: tuple[bool, Mapping[str, tuple[Fraction, Fraction]]],
                   build: Callable[[], exp.Select]) -> exp.Select:

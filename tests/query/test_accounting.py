@@ -8,6 +8,8 @@ sensitivity^2 / (2 rho_share) (Gaussian), as the sampler rounds it.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 import dpsql
 from dpsql import noise
 from dpsql.privacy import PrivacyCost
+from dpsql.query import answer
 from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
@@ -178,7 +181,6 @@ def test_charge_is_committed_before_the_data_is_read(pure_adult: Session,
 def test_a_failure_after_the_charge_keeps_it_and_says_nothing_of_the_data(
         pure_adult: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(self: _DuckDBPrepared) -> object:
-        self.close()
         raise EngineError("Conversion Error: could not convert 'secret value 42'")
 
     monkeypatch.setattr(_DuckDBPrepared, "run", broken)
@@ -193,36 +195,58 @@ def test_a_failure_after_the_charge_keeps_it_and_says_nothing_of_the_data(
     assert "secret" not in (last["reason"] or "")
 
 
-def test_sql_that_fails_to_bind_during_the_charge_keeps_the_charge(
+def test_sql_that_cannot_bind_costs_nothing_the_first_time_and_is_audited_after(
         pure_adult: Session, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The SQL is bound while the charge commits, so a bind failure (a dpsql bug)
-    # now comes after the charge: it stands, and the message names no data.
+    # A plan's first run binds its SQL before the charge; later runs bind while the
+    # charge commits, so a bind failure there (a dpsql bug) comes after the charge.
     def broken(self: DuckDBEngine, query: object) -> object:
         raise EngineError("Binder Error: column 'secret value 42' not found")
 
+    sql = "SELECT COUNT(*) FROM adult WHERE age > 30"
+    with monkeypatch.context() as patch:
+        patch.setattr(DuckDBEngine, "prepare", broken)
+        with pytest.raises(dpsql.InternalError) as caught:
+            pure_adult.sql(sql)
+    assert "secret" not in str(caught.value)
+    assert charges(pure_adult) == 0
+    pure_adult.sql(sql)  # binds: the plan is proven
+    assert charges(pure_adult) == 1
+    pure_adult.sql("SET dpsql.epsilon = 0.05")  # a new measurement of the same plan
     monkeypatch.setattr(DuckDBEngine, "prepare", broken)
     with pytest.raises(dpsql.InternalError) as caught:
-        pure_adult.sql("SELECT COUNT(*) FROM adult")
+        pure_adult.sql(sql)
     assert "secret" not in str(caught.value)
-    assert charges(pure_adult) == 1
+    assert charges(pure_adult) == 2
     assert pure_adult.audit(last=1)[0]["outcome"] == "failed"
-    monkeypatch.undo()
-    assert pure_adult.sql("SELECT COUNT(*) FROM adult WHERE age > 30").cost.units > 0
 
 
-def test_a_refused_charge_ends_the_statement_cleanly(build: Callable[..., Path]) -> None:
+def test_a_refused_charge_waits_for_the_readying_before_the_statement_ends(
+        build: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     text = with_budgets(ADULT_POLICY, accounting="pure", budget={"epsilon": 0.15},
                         cap={"epsilon": 0.15}, default={"epsilon": 0.1})
+    events: list[str] = []
+    real_prepare, real_close = DuckDBEngine.prepare, DuckDBEngine.close
+
+    def slow_prepare(self: DuckDBEngine, query: object) -> object:
+        time.sleep(0.3)  # far longer than the refusal takes
+        events.append("bound")
+        return real_prepare(self, query)  # type: ignore[arg-type]
+
+    def close(self: DuckDBEngine) -> None:
+        events.append("closed")
+        real_close(self)
+
+    sql = "SELECT COUNT(*) FROM adult WHERE age > 30"
     with dpsql.connect(build(text), "alice") as session:
-        session.sql("SELECT COUNT(*) FROM adult")
-        for _ in range(3):  # the SQL was readied alongside each refused charge
-            with pytest.raises(dpsql.BudgetExceeded):
-                session.sql("SELECT COUNT(*) FROM adult WHERE age > 30")
+        session.sql(sql)  # the plan's first run: bound before its charge
+        session.sql("SET dpsql.epsilon = 0.08")  # a new measurement: not from the cache
+        monkeypatch.setattr(DuckDBEngine, "prepare", slow_prepare)
+        monkeypatch.setattr(DuckDBEngine, "close", close)
+        with pytest.raises(dpsql.BudgetExceeded):
+            session.sql(sql)  # bound alongside the refused charge
+        assert events == ["bound", "closed"]  # the snapshot ends after the helper used it
         assert charges(session) == 1
-        assert [r["outcome"] for r in session.audit(last=3)] == ["refused"] * 3
-        session.sql("SET dpsql.epsilon = 0.05")
-        assert session.sql("SELECT COUNT(*) FROM adult WHERE age > 30").cost \
-            == PrivacyCost.pure("0.05")
+        assert session.audit(last=1)[0]["outcome"] == "refused"
 
 
 def test_explain_privacy_charges_nothing_and_matches_the_answer(pure_adult: Session) -> None:
@@ -286,3 +310,37 @@ def test_concurrent_twins_get_the_same_numbers(build: Callable[..., Path]) -> No
     with dpsql.connect(path, "alice") as alice:
         assert 1 <= charges(alice) <= 2
         assert alice.sql(sql).table.equals(results[0])
+
+
+def test_a_dp_statement_never_holds_another_requests_audit_row(
+        admin: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A DP statement that commits a group of charges must not keep the others' audit
+    # rows until it ends: a release finishing meanwhile would then update no row.
+    store, ledger = admin.store, admin.ledger
+    released = threading.Event()
+    got: dict[str, int] = {}
+
+    def release() -> None:  # what a release does: charge, then finish
+        charge = ledger.charge("admin", "adult", PrivacyCost.pure("0.1"), "release x",
+                               action="release")
+        got["id"] = charge.id
+        ledger.finish(charge.id, "failed", "synthesizer crashed")
+        released.set()
+
+    real = answer.expand_public_keys
+
+    def slow_expand(plan: object, sparse: object) -> object:  # still building the answer
+        store.lock.release()  # let the release go on
+        assert released.wait(10)
+        return real(plan, sparse)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(answer, "expand_public_keys", slow_expand)
+    store.lock.acquire()  # the DP statement will lead the group commit ...
+    other = threading.Thread(target=release)
+    other.start()
+    while not store.pending:  # ... with the release's request pending in it
+        time.sleep(0.001)
+    admin.sql("SELECT COUNT(*) FROM adult")
+    other.join()
+    row = next(r for r in admin.audit() if r["id"] == got["id"])
+    assert (row["outcome"], row["reason"]) == ("failed", "synthesizer crashed")
