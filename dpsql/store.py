@@ -231,10 +231,17 @@ class Store:
         if hold and held is not None:
             held.append((write, after))
             return
+        self.later(lambda: self._run_deferred(write, after))
+
+    def later(self, task: Callable[[], None]) -> None:
+        """Run ``task`` soon on the store's writer thread, in order with deferred writes.
+
+        :meth:`flush` and :meth:`close` wait for it.
+        """
         with self._writer_lock:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix="dpsql-store-writer")
-            self._writer.submit(self._run_deferred, write, after)
+            self._writer.submit(task)
 
     @contextmanager
     def holding_writes(self) -> Iterator[None]:

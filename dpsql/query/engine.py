@@ -69,21 +69,40 @@ class Engine(Protocol):
 
 
 class _DuckDBPrepared:
-    """A bound query (``relation``), or one that bound before and binds again as it runs."""
+    """A bound query (``relation``), or one that bound before and binds again as it runs.
+
+    ``one_row``: a global aggregate of BIGINT measures (no GROUP BY). Its one row is
+    fetched as a tuple and made into Arrow here, which is about a millisecond
+    cheaper than DuckDB's Arrow export of a tiny result.
+    """
 
     def __init__(self, cursor: duckdb.DuckDBPyConnection,
-                 relation: duckdb.DuckDBPyRelation | None = None, text: str = "") -> None:
+                 relation: duckdb.DuckDBPyRelation | None = None, text: str = "",
+                 one_row: bool = False) -> None:
         self._cursor = cursor
         self._relation = relation
         self._text = text
+        self._one_row = one_row
 
     def run(self) -> pa.Table:
         try:
+            if self._one_row:
+                return _bigint_table(self._cursor.execute(self._text))
             relation = self._relation if self._relation is not None \
                 else self._cursor.sql(self._text)
             return relation.to_arrow_table()
         except duckdb.Error as err:
             raise EngineError(str(err).splitlines()[0]) from err
+
+
+def _bigint_table(result: duckdb.DuckDBPyConnection) -> pa.Table:
+    """A result whose columns are all BIGINT, as an Arrow table of int64 columns."""
+    description = result.description or []
+    if any(str(column[1]) != "BIGINT" for column in description):
+        raise EngineError("a global aggregate returned a column that is not BIGINT")
+    rows = result.fetchall()
+    return pa.table({column[0]: pa.array([row[i] for row in rows], pa.int64())
+                     for i, column in enumerate(description)})
 
 
 class _Bound:
@@ -124,12 +143,14 @@ class DuckDBEngine:
         return self._cursor
 
     def close(self) -> None:
-        """End the statement's snapshot (read only: nothing to commit)."""
+        """End the statement's snapshot (read only: nothing to commit).
+
+        The cursor is rolled back and closed on the store's writer thread, off the
+        answer path (the store waits for it before it closes).
+        """
         cursor, self._cursor = self._cursor, None
         if cursor is not None:
-            with contextlib.suppress(duckdb.Error):  # an aborted transaction is over already
-                cursor.execute("ROLLBACK")
-            cursor.close()
+            self.store.later(lambda: _end(cursor))
 
     def render(self, query: exp.Expr) -> str:
         """The query as DuckDB SQL."""
@@ -143,12 +164,14 @@ class DuckDBEngine:
         compares column types), so it binds again when it runs.
         """
         cursor = self._snapshot()
+        one_row = isinstance(query, exp.Select) and query.args.get("group") is None
         text = self._bound.get(query)
         if text is not None:
-            return _DuckDBPrepared(cursor, text=text)
+            return _DuckDBPrepared(cursor, text=text, one_row=one_row)
         text = self.render(query)
         try:
-            prepared = _DuckDBPrepared(cursor, cursor.sql(text))
+            relation = cursor.sql(text)
+            prepared = _DuckDBPrepared(cursor, relation, text, one_row)
         except duckdb.Error as err:
             raise EngineError(str(err).splitlines()[0]) from err
         self._bound.add(query, text)
@@ -196,6 +219,13 @@ class DuckDBEngine:
                                                           strict=True)}
         except duckdb.Error as err:
             raise EngineError(str(err).splitlines()[0]) from err
+
+
+def _end(cursor: duckdb.DuckDBPyConnection) -> None:
+    """Roll back and close a statement's cursor."""
+    with contextlib.suppress(duckdb.Error):  # an aborted transaction is over already
+        cursor.execute("ROLLBACK")
+    cursor.close()
 
 
 @lru_cache(maxsize=256)
