@@ -17,7 +17,7 @@ chunks of ``CHUNK`` iterations so that progress is reported while it runs.
 Optional tuning that keeps the posterior exact (see :func:`sample`): a pilot
 run whose draws whiten and start the real run, NUTS moves on the cheap
 fixed-covariance posterior corrected by a Metropolis-Hastings step to the
-exact one, and jumps along heavy-tailed cell directions.
+exact one, and jumps along cell directions whose cell may be empty.
 """
 
 from __future__ import annotations
