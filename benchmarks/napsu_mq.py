@@ -307,8 +307,7 @@ def adult(args: argparse.Namespace) -> None:
                     f"divergences={chain['divergences']}")
                 if chain.get("pilot"):
                     sampler_text += (f" [pilot {chain['pilot']['seconds']:.1f}s included; "
-                                     f"{chain['heavy_tailed_parameters']} heavy-tailed "
-                                     f"parameters]")
+                                     f"{chain['jump_directions']} jump directions]")
                 if chain["covariance"] == "corrected" or chain["jumps"]:
                     sampler_text += (f" correction acceptance "
                                      f"{chain['correction_accept_rate']:.2f}, accepted jumps "
@@ -402,7 +401,7 @@ def main() -> None:
                              "starts the real run (0 0: none)")
     parser.add_argument("--moves", type=int, default=1, help="NUTS transitions per iteration")
     parser.add_argument("--jumps", type=int, default=0,
-                        help="single-parameter jumps per iteration (needs --pilot)")
+                        help="jumps along cell directions per iteration (needs --pilot)")
     parser.add_argument("--adult-cliques", choices=list(ADULT_CLIQUES), default="issue",
                         help="required cliques: the issue's, the issue's plus income x "
                              "{age, race, sex}, or none (MST selects all)")

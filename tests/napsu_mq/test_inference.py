@@ -118,7 +118,7 @@ def test_corrected_tuned_nuts_targets_the_exact_posterior(monkeypatch: pytest.Mo
                 ("exact", "exact", 3000, (0, 0), 0),
                 ("tuned", "corrected", 3000, (200, 300), 4)]}
     tuned = runs["tuned"].diagnostics
-    assert tuned["heavy_tailed_parameters"] >= 1
+    assert tuned["jump_directions"] >= 1
     assert tuned["accepted_jumps_per_iteration"] > 0
     assert 0.2 < tuned["correction_accept_rate"] < 1.0
     last = structure.dim - 1
@@ -182,9 +182,73 @@ def test_jumps_are_fitted_to_heavy_tailed_directions_only() -> None:
     interaction_only = np.all(np.isclose(projection, [0, 0, 1]), axis=1)
     assert picked[interaction_only].all()
     i = int(np.argmax(interaction_only))
-    assert abs(float(jump.bulk_mean[i]) - 2.0) < 0.1
-    assert float(jump.tail_mean[i]) < -10
-    assert 0.9 < float(jump.bulk_weight[i]) <= 0.95
+    weight, mean, sd = (np.asarray(a)[i] for a in (jump.weight, jump.mean, jump.sd))
+    assert abs(mean[0] - 2.0) < 0.1
+    assert mean[1] < -10
+    assert 0.9 < weight[0] / (1 - nuts.PRIOR_WEIGHT) <= 0.95
+    # The conditional prior of the coordinate: N(0, 10^2 / |d|^2), here |d| = 1.
+    assert weight[2] == pytest.approx(nuts.PRIOR_WEIGHT)
+    assert (mean[2], sd[2]) == (0.0, pytest.approx(10.0))
+    assert weight.sum() == pytest.approx(1.0)
+
+
+def test_jumps_cover_cells_near_zero_the_pilot_missed() -> None:
+    """A direction whose cell count is a few noise sds from zero gets jumps without a pilot tail.
+
+    All pilot draws are normal (no tail seen); the signal marks one direction
+    as a possibly empty cell: it is picked, with a bulk fitted to the pilot
+    and the conditional prior (sd prior_sd / |d|), and no tail component. A
+    cell measured at about zero is picked ``EMPTY_PICK`` times as often.
+    """
+    structure = Structure.build((2, 2), [(0, 1)])
+    rng = np.random.default_rng(1)
+    phi = rng.normal([1.0, 0.5, 2.0], 0.3, (4, 500, 3))
+    directions = nuts.cell_directions(structure)
+    signal = np.full(len(directions), 50.0)
+    jump, count = nuts._jumps(phi, np.eye(3), structure, signal, prior_sd=10.0)
+    assert count == 0
+    k = int(np.argmax(np.sum(directions**2, axis=1)))  # the widest direction: |d|^2 = 3
+    signal[k] = 2.5
+    jump, count = nuts._jumps(phi, np.eye(3), structure, signal, prior_sd=10.0)
+    picked = np.flatnonzero(np.asarray(jump.pick))
+    assert count == 1
+    assert list(picked) == [k]
+    weight, mean, sd = (np.asarray(a)[k] for a in (jump.weight, jump.mean, jump.sd))
+    coordinate = phi.reshape(-1, 3) @ directions[k] / 3
+    assert weight[1] == 0
+    assert weight[2] == pytest.approx(nuts.PRIOR_WEIGHT)
+    assert mean[0] == pytest.approx(coordinate.mean())
+    assert sd[0] == pytest.approx(coordinate.std())
+    assert sd[2] == pytest.approx(10.0 / np.sqrt(3))
+    # A cell measured at about zero (one prior-dominated mode) is picked less often.
+    empty = (k + 1) % len(directions)
+    signal[empty] = 0.5
+    jump, count = nuts._jumps(phi, np.eye(3), structure, signal, prior_sd=10.0)
+    assert count == 2
+    assert float(jump.pick[empty]) == pytest.approx(nuts.EMPTY_PICK * float(jump.pick[k]))
+
+
+def test_cell_signal_is_each_cells_noisy_count_over_its_noise_sd() -> None:
+    """Against brute force: every cell of every scope of a noisy 2x3 table.
+
+    One measurement of the full table with noise variance 25: a 2-way cell's
+    count is its noisy count (sd 5), a 1-way cell's the sum of its row or
+    column of noisy counts (sd 5 sqrt(cells summed)). Each direction is matched
+    to its cell by the log-potential it changes.
+    """
+    structure = Structure.build((2, 3), [(0, 1)])
+    noisy = np.array([[40.0, 3.0, 12.0], [7.0, 90.0, -2.0]])
+    reduced = reduce(structure, [Observed((0, 1), noisy, 25.0)])
+    directions = nuts.cell_directions(structure)
+    signal = nuts.cell_signal(structure, reduced)
+    assert signal.shape == (len(directions),)
+    theta = np.random.default_rng(0).normal(size=structure.dim)
+    for d, ratio in zip(directions, signal, strict=True):
+        change = joint_log_potential(structure, theta + d) - joint_log_potential(structure, theta)
+        change -= change.min()
+        inside = np.isclose(change, 1.0)
+        # A cell of a one-way scope covers a whole row or column of the table.
+        assert ratio == pytest.approx(noisy[inside].sum() / (5.0 * np.sqrt(inside.sum())))
 
 
 @pytest.mark.slow

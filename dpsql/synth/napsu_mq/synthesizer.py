@@ -69,7 +69,8 @@ class NapsuMQ:
     approximation). ``pilot_warmup`` + ``pilot_samples`` > 0 first run a short
     pilot on the cheap fixed-covariance posterior whose draws whiten and start
     the real run; ``jumps`` Metropolis-Hastings updates per iteration along
-    cell directions (fitted to the pilot's heavy-tailed cells) and ``moves`` NUTS
+    cell directions (cells with a heavy pilot tail or a noisy count near zero;
+    proposals fitted to the pilot, plus the conditional prior) and ``moves`` NUTS
     transitions per iteration only tune the sampler (docs/napsu_mq.md).
     """
 
