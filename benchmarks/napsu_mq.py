@@ -392,15 +392,17 @@ def main() -> None:
     parser.add_argument("--prior-sd", type=float, default=10.0,
                         help="prior sd of theta for the Adult run (the paper: 10)")
     parser.add_argument("--adult-inference", choices=["nuts", "laplace"], default="nuts")
-    parser.add_argument("--covariance", choices=["exact", "mode", "corrected"], default="exact",
+    parser.add_argument("--covariance", choices=["exact", "mode", "corrected"],
+                        default="corrected",
                         help="NUTS likelihood covariance: exact, fixed at the Laplace mode "
                              "(approximate), or corrected (moves with the fixed covariance, "
                              "each iteration corrected to the exact posterior)")
-    parser.add_argument("--pilot", type=int, nargs=2, default=[0, 0], metavar=("WARMUP", "SAMPLES"),
+    parser.add_argument("--pilot", type=int, nargs=2, default=[400, 400],
+                        metavar=("WARMUP", "SAMPLES"),
                         help="pilot run on the fixed-covariance posterior that whitens and "
                              "starts the real run (0 0: none)")
-    parser.add_argument("--moves", type=int, default=1, help="NUTS transitions per iteration")
-    parser.add_argument("--jumps", type=int, default=0,
+    parser.add_argument("--moves", type=int, default=3, help="NUTS transitions per iteration")
+    parser.add_argument("--jumps", type=int, default=48,
                         help="jumps along cell directions per iteration (needs --pilot)")
     parser.add_argument("--adult-cliques", choices=list(ADULT_CLIQUES), default="issue",
                         help="required cliques: the issue's, the issue's plus income x "

@@ -45,7 +45,7 @@ def test_registered_and_options_are_converted() -> None:
     pytest.param("select_share", "1.5", id="share"),
     pytest.param("chains", "0", id="chains"),
     pytest.param("covariance", "diagonal", id="covariance"),
-    pytest.param("jumps", "4", id="jumps-without-pilot"),
+    pytest.param("pilot_samples", "0", id="jumps-without-pilot"),  # the default jumps need one
     pytest.param("moves", "0", id="moves"),
 ])
 def test_bad_options_are_refused(option: str, value: str) -> None:

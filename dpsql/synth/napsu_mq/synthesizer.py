@@ -71,18 +71,20 @@ class NapsuMQ:
     the real run; ``jumps`` Metropolis-Hastings updates per iteration along
     cell directions (cells with a heavy pilot tail or a noisy count near zero;
     proposals fitted to the pilot, plus the conditional prior) and ``moves`` NUTS
-    transitions per iteration only tune the sampler (docs/napsu_mq.md).
+    transitions per iteration only tune the sampler (docs/napsu_mq.md). The
+    defaults are this tuned exact sampler (on Adult: 5-7 min, R-hat <= 1.01);
+    ``covariance=exact pilot_samples=0 moves=1 jumps=0`` is the paper's plain NUTS.
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
     select: str = "mst"
     select_share: float = 0.2
     inference: str = "nuts"
-    covariance: str = "exact"
-    pilot_warmup: int = 0
-    pilot_samples: int = 0
-    moves: int = 1
-    jumps: int = 0
+    covariance: str = "corrected"
+    pilot_warmup: int = 400
+    pilot_samples: int = 400
+    moves: int = 3
+    jumps: int = 48
     chains: int = 4
     warmup: int = 800
     samples: int = 2000
@@ -109,7 +111,7 @@ class NapsuMQ:
             (self.moves >= 1, "moves must be at least 1"),
             (self.jumps >= 0, "jumps must be non-negative"),
             (self.jumps == 0 or self.pilot_samples > 0,
-             "jumps are fitted to pilot draws: set pilot_samples too"),
+             "jumps are fitted to pilot draws: set pilot_samples, or jumps=0"),
             (0 < self.select_share < 1, "select_share must be between 0 and 1"),
             (self.chains >= 1, "chains must be at least 1"),
             (self.warmup >= 1 and self.samples >= 1, "warmup and samples must be positive"),
