@@ -60,3 +60,70 @@ def test_records_stay_in_the_domain_with_empty_cells() -> None:
     assert seen <= {(1, 2), (2, 0)}
     assert (records[:, 0] == 1).mean() == pytest.approx(0.75, abs=0.02)
     assert set(itertools.chain.from_iterable(seen)) <= set(range(4))
+
+
+def clique_counts_by_separator(structure: Structure, records: np.ndarray,
+                               i: int) -> tuple[np.ndarray, list[int], list[int]]:
+    """Counts of clique ``i`` as (separator cell, fresh cell), with its column split."""
+    clique = structure.tree[i]
+    separator = list(structure.separator(i))
+    fresh = [j for j in clique if j not in separator]
+    sep_sizes = [structure.sizes[j] for j in separator]
+    fresh_sizes = [structure.sizes[j] for j in fresh]
+    rows = np.ravel_multi_index(tuple(records[:, separator].T), sep_sizes) if separator \
+        else np.zeros(len(records), dtype=np.int64)
+    cells = np.ravel_multi_index(tuple(records[:, fresh].T), fresh_sizes)
+    counts = np.zeros((int(np.prod(sep_sizes, dtype=np.int64)), int(np.prod(fresh_sizes))))
+    np.add.at(counts, (rows, cells), 1)
+    return counts, separator, fresh
+
+
+def conditionals(structure: Structure, table: np.ndarray, i: int, separator: list[int],
+                 fresh: list[int]) -> np.ndarray:
+    clique = structure.tree[i]
+    order = [clique.index(j) for j in separator] + [clique.index(j) for j in fresh]
+    joint = np.transpose(table, order).reshape(
+        int(np.prod([structure.sizes[j] for j in separator], dtype=np.int64)), -1)
+    return joint / joint.sum(axis=1, keepdims=True)
+
+
+def test_rounded_records_keep_every_conditional_count_within_one_of_its_expectation() -> None:
+    # Deterministic bound: each group's count of each fresh cell is floor or ceil of
+    # count * P(cell | separator). I.i.d. records break it (checked below).
+    structure = Structure.build((3, 4, 2, 3), [(0, 1), (1, 2), (2, 3), (1, 3)])
+    theta = np.random.default_rng(2).normal(0, 1.0, structure.dim)
+    with jax.enable_x64(True):
+        tables = [np.asarray(t) for t in model.compiled_marginals(structure)(jnp.asarray(theta))]
+    for rounded, holds in ((True, True), (False, False)):
+        records = sample_records(structure, tables, 50_000, np.random.default_rng(3), rounded)
+        within = []
+        for i in range(len(structure.tree)):
+            counts, separator, fresh = clique_counts_by_separator(structure, records, i)
+            expected = counts.sum(axis=1, keepdims=True) * conditionals(
+                structure, tables[i], i, separator, fresh)
+            within.append(bool(np.all(np.abs(counts - expected) < 1)))
+        assert all(within) is holds
+
+
+def test_rounded_counts_are_unbiased() -> None:
+    # One 3-cell column, n = 10, p = (0.33, 0.33, 0.34): counts are 3 or 4 and average
+    # n p. Over 4,000 copies each mean is within 5 standard errors (false-positive rate
+    # about 2e-6 per cell); the plain floor (3, 3, 3) or a wrong allocation is far off.
+    structure = Structure.build((3,), [(0,)])
+    p = np.array([0.33, 0.33, 0.34])
+    rng = np.random.default_rng(11)
+    counts = np.array([np.bincount(sample_records(structure, [p], 10, rng, True)[:, 0],
+                                   minlength=3) for _ in range(4000)])
+    assert set(np.unique(counts)) <= {3, 4}
+    standard_error = np.sqrt(0.3 * 0.7 / 4000)  # a count is 3 + Bernoulli(fraction)
+    assert np.all(np.abs(counts.mean(axis=0) - 10 * p) < 5 * standard_error)
+
+
+def test_rounded_records_are_shuffled_and_reproducible() -> None:
+    structure = Structure.build((3, 4), [(0, 1)])
+    table = np.random.default_rng(0).dirichlet(np.ones(12)).reshape(3, 4)
+    a = sample_records(structure, [table], 5000, np.random.default_rng(8), rounded=True)
+    b = sample_records(structure, [table], 5000, np.random.default_rng(8), rounded=True)
+    np.testing.assert_array_equal(a, b)
+    first = a[:, 0]
+    assert not np.all(np.diff(first) >= 0)  # not left sorted by cell

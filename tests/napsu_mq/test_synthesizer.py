@@ -47,6 +47,7 @@ def test_registered_and_options_are_converted() -> None:
     pytest.param("covariance", "diagonal", id="covariance"),
     pytest.param("pilot_samples", "0", id="jumps-without-pilot"),  # the default jumps need one
     pytest.param("moves", "0", id="moves"),
+    pytest.param("sampling", "stratified", id="sampling"),
 ])
 def test_bad_options_are_refused(option: str, value: str) -> None:
     with pytest.raises(ConfigurationError, match="napsu_mq"):
@@ -138,6 +139,18 @@ def test_state_restores_and_samples_more_copies(adult: Source) -> None:
     a = fitted.sample(500, np.random.default_rng(6))
     b = again.sample(500, np.random.default_rng(6))
     assert a.equals(b)
+
+
+@weak_cells
+def test_rounded_sampling_is_kept_by_the_state(adult: Source) -> None:
+    fitted = get("napsu_mq", cliques="race+sex", select="none", sampling="rounded",
+                 **FAST).fit(adult.relation, adult.domain, PrivacyCost.zcdp(1),
+                             np.random.default_rng(4))
+    again = NapsuMQ.restore(json.loads(json.dumps(fitted.state())), adult.domain)
+    assert (fitted.sampling, again.sampling) == ("rounded", "rounded")
+    assert fitted.describe()["parameters"]["sampling"] == "rounded"
+    assert fitted.sample(700, np.random.default_rng(6)).equals(
+        again.sample(700, np.random.default_rng(6)))
 
 
 def test_restore_refuses_a_changed_domain(adult: Source) -> None:

@@ -74,6 +74,10 @@ class NapsuMQ:
     transitions per iteration only tune the sampler (docs/napsu_mq.md). The
     defaults are this tuned exact sampler (on Adult: 5-7 min, R-hat <= 1.01);
     ``covariance=exact pilot_samples=0 moves=1 jumps=0`` is the paper's plain NUTS.
+    ``sampling`` is how a copy's records come from P_theta: ``random`` (i.i.d., what
+    Rubin's rules assume) or ``rounded`` (each conditional's counts rounded from
+    their expectation, as private-pgm generates MST's data: a closer single copy,
+    but not for combining copies with Rubin's rules).
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
@@ -95,6 +99,7 @@ class NapsuMQ:
     restarts: int = 5
     prior_sd: float = 10.0
     keep_draws: int = 1000
+    sampling: str = "random"
 
     name = "napsu_mq"
     is_dp = True
@@ -104,6 +109,7 @@ class NapsuMQ:
         checks = [
             (self.select in ("mst", "none"), "select must be 'mst' or 'none'"),
             (self.inference in ("nuts", "laplace"), "inference must be 'nuts' or 'laplace'"),
+            (self.sampling in ("random", "rounded"), "sampling must be 'random' or 'rounded'"),
             (self.covariance in ("exact", "mode", "corrected"),
              "covariance must be 'exact', 'mode' or 'corrected'"),
             (self.pilot_warmup >= 0 and self.pilot_samples >= 0,
@@ -225,7 +231,7 @@ class NapsuMQ:
             "diagnostics": diagnostics,
         }
         return FittedNapsuMQ(structure, domain.names, posterior, spent, info,
-                             max(1, round(rows["estimate"])))
+                             max(1, round(rows["estimate"])), self.sampling)
 
     def _required(self, domain: Domain) -> list[tuple[str, ...]]:
         out = []
@@ -274,9 +280,10 @@ class NapsuMQ:
         index = {c: i for i, c in enumerate(columns)}
         structure = Structure.build(domain.shape, [[index[c] for c in q]
                                                    for q in state["cliques"]])
+        info = state.get("describe", {})
         return FittedNapsuMQ(structure, domain.names, post.from_state(state["posterior"]),
-                             PrivacyCost.zero("zcdp"), state.get("describe", {}),
-                             int(state["rows"]))
+                             PrivacyCost.zero("zcdp"), info, int(state["rows"]),
+                             info.get("parameters", {}).get("sampling", "random"))
 
 
 @dataclass
@@ -289,6 +296,7 @@ class FittedNapsuMQ:
     spent: PrivacyCost
     info: dict[str, Any]
     rows: int
+    sampling: str = "random"
 
     def sample(self, n: int, rng: np.random.Generator) -> pa.Table:
         """One synthetic copy of ``n`` rows: theta from the posterior, then records from it."""
@@ -296,7 +304,8 @@ class FittedNapsuMQ:
         with jax.enable_x64(True):
             tables = compiled_marginals(self.structure)(jnp.asarray(phi[: self.structure.dim]))
             tables = [np.asarray(t) for t in tables]
-        codes = sample_records(self.structure, tables, int(n), rng)
+        codes = sample_records(self.structure, tables, int(n), rng,
+                               rounded=self.sampling == "rounded")
         return pa.table({c: pa.array(codes[:, j], type=pa.int32())
                          for j, c in enumerate(self.columns)})
 
