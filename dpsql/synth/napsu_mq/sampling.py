@@ -77,7 +77,7 @@ def _allocated(cond: np.ndarray, row: np.ndarray, rng: np.random.Generator) -> n
     # The fractional parts sum to ``left`` up to rounding error: make it exact.
     cumulative = np.minimum(np.cumsum(expected - base, axis=1), left[:, None])
     cumulative[:, -1] = left
-    u: np.ndarray = 1.0 - rng.random(groups)  # in (0, 1]: points u + j, j < left, are chosen
+    u = 1.0 - rng.random((groups,))  # in (0, 1]: the points u + j, j < left, are chosen
     edges = np.floor(cumulative + 1.0 - u[:, None])
     extra = np.diff(edges, axis=1, prepend=np.zeros((groups, 1)))
     allocation = (base + extra).astype(np.int64).reshape(-1)
