@@ -14,8 +14,10 @@ Adult (Supplement E): 10 columns, age and hours in 5 buckets, capital gain/loss
 binary; hours x {age, race, sex, income} and race x sex, the rest by MST; eps = 1,
 delta = n^-2, NUTS 4 chains x (800 warmup + 2000 samples). Prints wall times, R-hat,
 ESS, coverage of the real-data coefficients of income ~ age + race + sex, and the
-2-way workload error of one copy. With --twinify, times the authors' twinify 2.0
-(in /work/venvs/twinify) on the same configuration.
+2-way workload error of one copy. If private-pgm's ``mbi`` is installed in
+/work/venvs/mbi, MST runs on the same data and rho in the same run (``--mst-seeds``
+times, benchmarks/_mst_baseline.py) and the ratios are printed. With --twinify, times
+the authors' twinify 2.0 (in /work/venvs/twinify) on the same configuration.
 """
 
 from __future__ import annotations
@@ -360,8 +362,47 @@ def adult(args: argparse.Namespace) -> None:
               f"{workload_error(truth, pair_tables(real.iloc[boot], domain)):.4f}; "
               f"peak RSS {peak_mb():.0f} MB")
         store.close()
+        if args.mst_seeds:
+            mst_baseline(args, real, domain, float(rho.value),
+                         {"one copy": med("error_copy"),
+                          "copy at the posterior mean": med("error_mean"),
+                          "one copy, sampling=rounded": med("error_rounded"),
+                          "at the posterior mean, sampling=rounded":
+                              med("error_rounded_mean")})
         if args.twinify:
             twinify(args, med("nuts_s") + med("laplace_s"))
+
+
+MBI = Path("/work/venvs/mbi/bin/python")
+
+
+def mst_baseline(args: argparse.Namespace, real: pd.DataFrame, domain: Domain, rho: float,
+                 ours: dict[str, float]) -> None:
+    """MST (private-pgm's estimation, in its own venv) on the same codes and rho."""
+    if not MBI.exists():
+        print("MST: mbi is not installed in /work/venvs/mbi; skipped")
+        return
+    script = ROOT / "benchmarks" / "_mst_baseline.py"
+    errors, seconds = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        data, sizes = Path(tmp) / "codes.csv", Path(tmp) / "domain.json"
+        real.to_csv(data, index=False)
+        sizes.write_text(json.dumps({c: domain[c].size for c in domain.names}))
+        for seed in range(args.mst_seeds):
+            out = subprocess.run([str(MBI), str(script), str(data), str(sizes), repr(rho),
+                                  str(seed)], capture_output=True, text=True, timeout=900)
+            if out.returncode != 0:
+                print("MST failed:", out.stderr.strip().splitlines()[-1:])
+                return
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            errors.append(result["workload_error"])
+            seconds.append(result["seconds"])
+    mst = float(np.median(errors))
+    print(f"\n== MST in the same run (mbi estimation, rho={rho:.5f}, {args.mst_seeds} seeds): "
+          f"workload error median {mst:.4f} ({min(errors):.4f}-{max(errors):.4f}), "
+          f"{np.median(seconds):.1f} s")
+    for name, value in ours.items():
+        print(f"  napsu_mq {name}: {value:.4f}, ratio napsu_mq / MST = {value / mst:.3f}")
 
 
 def twinify(args: argparse.Namespace, ours: float) -> None:
@@ -423,12 +464,15 @@ def main() -> None:
                         help="required cliques: the issue's, the issue's plus income x "
                              "{age, race, sex}, or none (MST selects all)")
     parser.add_argument("--select-share", type=float, default=0.2)
+    parser.add_argument("--mst-seeds", type=int, default=5,
+                        help="MST baseline runs in /work/venvs/mbi (0: skip)")
     parser.add_argument("--twinify", action="store_true")
     parser.add_argument("--twinify-limit", type=int, default=1500)
     args = parser.parse_args()
     if args.quick:
         args.toy_repeats, args.toy_copies, args.eps = 5, 10, [1.0]
         args.adult_copies, args.chains, args.warmup, args.samples = 10, 2, 100, 100
+        args.mst_seeds = min(args.mst_seeds, 1)
     print(json.dumps({"argv": sys.argv[1:]}))
     if not args.skip_toy:
         toy(args)
