@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -18,7 +19,10 @@ from dpsql.source import bounded_relation
 from dpsql.synth import FittedSynthesizer, Resumable, Synthesizer, get
 from dpsql.synth.measure import count_marginals
 from dpsql.synth.napsu_mq import DiagnosticsWarning, NapsuMQ, mst
+from dpsql.synth.napsu_mq import posterior as post
 from dpsql.synth.napsu_mq.model import compiled_marginals
+from dpsql.synth.napsu_mq.structure import Structure
+from dpsql.synth.napsu_mq.synthesizer import FittedNapsuMQ
 from tests.napsu_mq.conftest import Source, build
 
 FAST = {"inference": "laplace", "laplace_iterations": "3000"}
@@ -139,6 +143,26 @@ def test_state_restores_and_samples_more_copies(adult: Source) -> None:
     a = fitted.sample(500, np.random.default_rng(6))
     b = again.sample(500, np.random.default_rng(6))
     assert a.equals(b)
+
+
+def test_a_predictive_copy_spreads_its_rows_over_many_posterior_draws() -> None:
+    # Two posterior draws: one puts (almost) every row in cell 1, the other in cell 0.
+    # A default copy follows one draw; a predictive copy about half each (its 100
+    # parts pick a draw each: 50 +- 5 of them are draw 0; 5.5 sds is ~4e-8 two-sided).
+    structure = Structure.build((2,), [(0,)])
+    fitted = FittedNapsuMQ(structure, ("x",), post.Samples(np.array([[30.0], [-30.0]])),
+                           PrivacyCost.zero("zcdp"), {}, 1000)
+    rng = np.random.default_rng(3)
+    ones = [fitted.sample(10_000, rng).column("x").to_numpy().mean() for _ in range(5)]
+    assert all(share in (0.0, 1.0) for share in ones)
+    predictive = replace(fitted, sampling="predictive")
+    copy = predictive.sample(10_000, rng).column("x").to_numpy()
+    assert copy.size == 10_000
+    assert abs(copy.mean() - 0.5) < 0.5 * 5.5 / np.sqrt(100)
+    assert 0 < copy[:5000].mean() < 1  # the parts are shuffled together
+    again = replace(fitted, sampling="predictive").sample(777, np.random.default_rng(4))
+    assert again.equals(predictive.sample(777, np.random.default_rng(4)))
+    assert again.num_rows == 777
 
 
 @weak_cells

@@ -40,6 +40,8 @@ from dpsql.synth.napsu_mq.sampling import sample_records
 from dpsql.synth.napsu_mq.structure import Structure
 
 STATE_VERSION = 1
+SAMPLINGS = ("random", "rounded", "predictive")
+PREDICTIVE_DRAWS = 100  # posterior draws one ``sampling=predictive`` copy is spread over
 MAX_PARAMETERS = 3000
 RHAT_LIMIT = 1.01
 MIN_ESS = 400
@@ -74,10 +76,12 @@ class NapsuMQ:
     transitions per iteration only tune the sampler (docs/napsu_mq.md). The
     defaults are this tuned exact sampler (on Adult: 5-7 min, R-hat <= 1.01);
     ``covariance=exact pilot_samples=0 moves=1 jumps=0`` is the paper's plain NUTS.
-    ``sampling`` is how a copy's records come from P_theta: ``random`` (i.i.d., what
-    Rubin's rules assume) or ``rounded`` (each conditional's counts rounded from
-    their expectation, as private-pgm generates MST's data: a closer single copy,
-    but not for combining copies with Rubin's rules).
+    ``sampling`` is how a copy's records are drawn: ``random`` (one posterior draw
+    per copy, i.i.d. records: what Rubin's rules assume), ``rounded`` (the same,
+    with each conditional's counts rounded from their expectation, as private-pgm
+    generates MST's data) or ``predictive`` (the rows spread over many posterior
+    draws, rounded: a copy of the posterior predictive, the closest single copy).
+    Only ``random`` copies may be combined with Rubin's rules.
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
@@ -109,7 +113,7 @@ class NapsuMQ:
         checks = [
             (self.select in ("mst", "none"), "select must be 'mst' or 'none'"),
             (self.inference in ("nuts", "laplace"), "inference must be 'nuts' or 'laplace'"),
-            (self.sampling in ("random", "rounded"), "sampling must be 'random' or 'rounded'"),
+            (self.sampling in SAMPLINGS, f"sampling must be one of {', '.join(SAMPLINGS)}"),
             (self.covariance in ("exact", "mode", "corrected"),
              "covariance must be 'exact', 'mode' or 'corrected'"),
             (self.pilot_warmup >= 0 and self.pilot_samples >= 0,
@@ -299,15 +303,29 @@ class FittedNapsuMQ:
     sampling: str = "random"
 
     def sample(self, n: int, rng: np.random.Generator) -> pa.Table:
-        """One synthetic copy of ``n`` rows: theta from the posterior, then records from it."""
-        phi = self.posterior.draw(rng)
+        """One synthetic copy of ``n`` rows: theta from the posterior, then records from it.
+
+        With ``sampling=predictive`` the rows are spread over ``PREDICTIVE_DRAWS``
+        posterior draws instead of one (each part rounded), so the copy follows
+        the posterior predictive distribution.
+        """
+        n = int(n)
+        if self.sampling == "predictive":
+            sizes = [n // PREDICTIVE_DRAWS + (i < n % PREDICTIVE_DRAWS)
+                     for i in range(PREDICTIVE_DRAWS)]
+            codes = np.concatenate([self._records(self.posterior.draw(rng), size, rng, True)
+                                    for size in sizes if size])[rng.permutation(n)]
+        else:
+            codes = self._records(self.posterior.draw(rng), n, rng, self.sampling == "rounded")
+        return pa.table({c: pa.array(codes[:, j], type=pa.int32())
+                         for j, c in enumerate(self.columns)})
+
+    def _records(self, phi: np.ndarray, n: int, rng: np.random.Generator,
+                 rounded: bool) -> np.ndarray:
         with jax.enable_x64(True):
             tables = compiled_marginals(self.structure)(jnp.asarray(phi[: self.structure.dim]))
             tables = [np.asarray(t) for t in tables]
-        codes = sample_records(self.structure, tables, int(n), rng,
-                               rounded=self.sampling == "rounded")
-        return pa.table({c: pa.array(codes[:, j], type=pa.int32())
-                         for j, c in enumerate(self.columns)})
+        return sample_records(self.structure, tables, n, rng, rounded=rounded)
 
     def describe(self) -> dict[str, Any]:
         """Parameters, measurement descriptors, selection, diagnostics and a posterior summary."""
