@@ -163,16 +163,24 @@ def test_a_predictive_copy_spreads_its_rows_over_many_posterior_draws() -> None:
     again = replace(fitted, sampling="predictive").sample(777, np.random.default_rng(4))
     assert again.equals(predictive.sample(777, np.random.default_rng(4)))
     assert again.num_rows == 777
+    assert predictive.sample(0, rng).num_rows == 0
 
 
 @weak_cells
-def test_rounded_sampling_is_kept_by_the_state(adult: Source) -> None:
+def test_rounded_sampling_is_kept_by_the_state_and_warns(adult: Source) -> None:
     fitted = get("napsu_mq", cliques="race+sex", select="none", sampling="rounded",
                  **FAST).fit(adult.relation, adult.domain, PrivacyCost.zcdp(1),
                              np.random.default_rng(4))
-    again = NapsuMQ.restore(json.loads(json.dumps(fitted.state())), adult.domain)
+    assert any("Rubin" in w for w in fitted.describe()["diagnostics"]["warnings"])
+    state = json.loads(json.dumps(fitted.state()))
+    again = NapsuMQ.restore(state, adult.domain)
     assert (fitted.sampling, again.sampling) == ("rounded", "rounded")
     assert fitted.describe()["parameters"]["sampling"] == "rounded"
+    del state["describe"]["parameters"]["sampling"]  # written before the option existed
+    assert NapsuMQ.restore(state, adult.domain).sampling == "random"
+    state["describe"]["parameters"]["sampling"] = "stratified"
+    with pytest.raises(ConfigurationError, match="sampling"):
+        NapsuMQ.restore(state, adult.domain)
     assert fitted.sample(700, np.random.default_rng(6)).equals(
         again.sample(700, np.random.default_rng(6)))
 

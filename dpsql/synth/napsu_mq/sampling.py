@@ -7,11 +7,12 @@ separator row's conditional CDF is shifted by its row number, so a single
 ``searchsorted`` of ``row + u`` finds every record's cell. This is
 post-processing of DP parameters; its randomness is the caller's generator.
 
-``rounded=True`` allocates instead of drawing (private-pgm's way of generating
-MST's data): the records of each separator group get ``floor(c p)`` of each
-cell of their conditional, and the remaining records go to cells picked by
-systematic sampling over the fractional parts, so every count stays within one
-of its expectation ``c p`` and equals it on average. A copy's marginals then
+``rounded=True`` allocates instead of drawing (as private-pgm generates MST's
+data, but unbiased however many records are left over): the records of each
+separator group get ``floor(c p)`` of each cell of their conditional, and the
+remaining records go to cells picked by systematic sampling over the fractional
+parts, so every count stays within one of its expectation ``c p`` and equals it
+on average. A copy's marginals then
 carry far less sampling noise than i.i.d. records; but Rubin's rules assume
 i.i.d. records (they subtract the i.i.d. sampling variance), so rounded copies
 are for single-copy fidelity, not for combining.
@@ -41,8 +42,6 @@ def sample_records(structure: Structure, marginals: Sequence[np.ndarray], n: int
         totals = table.sum(axis=1, keepdims=True)
         safe = np.where(totals > 0, totals, 1.0)
         cond = np.where(totals > 0, table / safe, 1.0 / table.shape[1])
-        cdf = np.cumsum(cond, axis=1)
-        cdf[:, -1] = 1.0
         if separator:
             row = np.ravel_multi_index(tuple(out[:, j] for j in separator),
                                        tuple(structure.sizes[j] for j in separator))
@@ -51,6 +50,8 @@ def sample_records(structure: Structure, marginals: Sequence[np.ndarray], n: int
         if rounded:
             cell = _allocated(cond, row, rng)
         else:
+            cdf = np.cumsum(cond, axis=1)
+            cdf[:, -1] = 1.0
             shifted = (cdf + np.arange(rows)[:, None]).reshape(-1)
             u = rng.random(n)
             cell = np.searchsorted(shifted, row + u, side="right") - row * table.shape[1]

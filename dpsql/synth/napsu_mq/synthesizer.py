@@ -79,9 +79,9 @@ class NapsuMQ:
     ``sampling`` is how a copy's records are drawn: ``random`` (one posterior draw
     per copy, i.i.d. records: what Rubin's rules assume), ``rounded`` (the same,
     with each conditional's counts rounded from their expectation, as private-pgm
-    generates MST's data) or ``predictive`` (the rows spread over many posterior
-    draws, rounded: a copy of the posterior predictive, the closest single copy).
-    Only ``random`` copies may be combined with Rubin's rules.
+    generates MST's data) or ``predictive`` (the rows spread over 100 posterior
+    draws, each part rounded: on Adult the lowest workload error of one copy).
+    Only ``random`` copies may be combined with Rubin's rules; the others warn.
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
@@ -217,6 +217,11 @@ class NapsuMQ:
         timings["total"] = time.perf_counter() - t0
         diagnostics["timings_seconds"] = {k: round(v, 3) for k, v in timings.items()}
         diagnostics["warnings"] = self._warnings(diagnostics)
+        if self.sampling != "random":
+            diagnostics["warnings"].append(
+                f"sampling={self.sampling}: the copies are not i.i.d. draws; do not combine "
+                "them with Rubin's rules (their intervals would be too narrow); release "
+                "with sampling=random for that")
         for message in diagnostics["warnings"]:
             warnings.warn(f"napsu_mq: {message}", DiagnosticsWarning, stacklevel=2)
         mean, sd = posterior.summary()
@@ -285,9 +290,11 @@ class NapsuMQ:
         structure = Structure.build(domain.shape, [[index[c] for c in q]
                                                    for q in state["cliques"]])
         info = state.get("describe", {})
+        sampling = info.get("parameters", {}).get("sampling", "random")  # older states: random
+        if sampling not in SAMPLINGS:
+            raise ConfigurationError(f"this napsu_mq state has an unknown sampling {sampling!r}")
         return FittedNapsuMQ(structure, domain.names, post.from_state(state["posterior"]),
-                             PrivacyCost.zero("zcdp"), info, int(state["rows"]),
-                             info.get("parameters", {}).get("sampling", "random"))
+                             PrivacyCost.zero("zcdp"), info, int(state["rows"]), sampling)
 
 
 @dataclass
@@ -306,15 +313,17 @@ class FittedNapsuMQ:
         """One synthetic copy of ``n`` rows: theta from the posterior, then records from it.
 
         With ``sampling=predictive`` the rows are spread over ``PREDICTIVE_DRAWS``
-        posterior draws instead of one (each part rounded), so the copy follows
-        the posterior predictive distribution.
+        posterior draws instead of one (each part rounded), so each row follows
+        the posterior predictive distribution (mixed over those draws).
         """
         n = int(n)
         if self.sampling == "predictive":
             sizes = [n // PREDICTIVE_DRAWS + (i < n % PREDICTIVE_DRAWS)
                      for i in range(PREDICTIVE_DRAWS)]
-            codes = np.concatenate([self._records(self.posterior.draw(rng), size, rng, True)
-                                    for size in sizes if size])[rng.permutation(n)]
+            parts = [self._records(self.posterior.draw(rng), size, rng, True)
+                     for size in sizes if size]
+            codes = np.concatenate(parts or [np.empty((0, len(self.columns)), np.int64)])
+            codes = codes[rng.permutation(n)]
         else:
             codes = self._records(self.posterior.draw(rng), n, rng, self.sampling == "rounded")
         return pa.table({c: pa.array(codes[:, j], type=pa.int32())
