@@ -12,10 +12,10 @@ data, but unbiased however many records are left over): the records of each
 separator group get ``floor(c p)`` of each cell of their conditional, and the
 remaining records go to cells picked by systematic sampling over the fractional
 parts, so every count stays within one of its expectation ``c p`` and equals it
-on average. A copy's marginals then
-carry far less sampling noise than i.i.d. records; but Rubin's rules assume
-i.i.d. records (they subtract the i.i.d. sampling variance), so rounded copies
-are for single-copy fidelity, not for combining.
+on average. A copy's marginals then carry far less sampling noise than i.i.d.
+records; but Rubin's rules assume i.i.d. records (they subtract the i.i.d.
+sampling variance), so rounded copies are for single-copy fidelity, not for
+combining.
 """
 
 from __future__ import annotations
