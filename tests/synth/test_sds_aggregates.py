@@ -436,7 +436,28 @@ def test_registered_and_options_read_from_strings() -> None:
     assert synth.sigma_proportions == (1.0, 0.5)
     assert synth.thresholds == (0.1, 0.5)
     assert synth.use_synthetic_counts is False
-    assert synth.parameters()["reporting_length"] == 2
+    assert synth.parameters(40)["reporting_length"] == 2
+    assert synth.parameters(40)["thresholds"] == [0.1, 0.5]
+
+
+def test_default_thresholds_filter_absent_values_by_domain_size() -> None:
+    """Adaptive eta_1 defaults to 1/(domain values): the expected number of released
+    values absent from the data stays below one half, whatever the domain's size."""
+    assert SDS().levels(50) == (0.02, 1.0, 1.0)
+    assert SDS(reporting_length=2).levels(1) == (1.0, 1.0)
+    assert SDS(threshold_type="fixed").levels(50) == (0.0, 0.0, 0.0)
+    assert SDS(thresholds=(0.5, 0.5, 0.5)).levels(50) == (0.5, 0.5, 0.5)
+
+
+def test_fit_applies_the_default_thresholds(store) -> None:
+    source, domain = source_and_domain(store)
+    fitted = SDS().fit(source, domain, budget(), np.random.default_rng(0))
+    values = fitted.items.count
+    described = fitted.describe()
+    assert described["parameters"]["thresholds"] == [1 / values, 1.0, 1.0]
+    _, one, *longer = described["measurements"]
+    assert one["threshold"] == pytest.approx(one["sigma"] * stats.norm.isf(0.5 / values))
+    assert all(step["threshold"] == 0 for step in longer)
 
 
 @pytest.mark.parametrize("options", [

@@ -53,7 +53,9 @@ class SDS:
       more budget for that length (pac-synth's default is 1, 1/2, ..., 1/R).
     - ``threshold_type`` (adaptive) and ``thresholds``: per length, ``fixed`` counts a
       tuple must exceed, or ``adaptive`` eta_k in (0, 1]: a combination absent from
-      the data survives with probability about eta_k / 2.
+      the data survives with probability about eta_k / 2. Adaptive defaults: eta_1 =
+      1 / (number of domain values), so about half a value absent from the data
+      survives in all; eta_k = 1 for longer combinations.
     - ``use_synthetic_counts`` (true): weigh by what remains of each count after the
       records already synthesized.
     - ``weight_selection_percentile`` (95): beyond R attributes, the percentile of the
@@ -98,10 +100,11 @@ class SDS:
         if self.threshold_type not in ("fixed", "adaptive"):
             raise ConfigurationError(
                 f"threshold_type must be 'fixed' or 'adaptive', got {self.threshold_type!r}")
-        if len(self.levels) != r:
+        if self.thresholds is not None and len(self.thresholds) != r:
             raise ConfigurationError(
                 f"thresholds needs {r} numbers (one per length), got {self.thresholds}")
-        if self.threshold_type == "adaptive" and any(not 0 < e <= 1 for e in self.levels):
+        if self.threshold_type == "adaptive" and any(not 0 < e <= 1
+                                                     for e in self.thresholds or ()):
             raise ConfigurationError(
                 f"adaptive thresholds (eta) must be in (0, 1], got {self.thresholds}")
 
@@ -112,15 +115,24 @@ class SDS:
             return tuple(float(p) for p in self.sigma_proportions)
         return (1.0,) * self.reporting_length
 
-    @property
-    def levels(self) -> tuple[float, ...]:
-        """The thresholds in force (default: eta 1 for every length, or fixed 0)."""
+    def levels(self, values: int) -> tuple[float, ...]:
+        """The thresholds in force for a domain of ``values`` values (items).
+
+        Fixed: 0 for every length. Adaptive: eta_1 = 1 / values, eta_k = 1 beyond.
+        The 1-tuple candidates are every public domain value, present in the data
+        or not, so eta_1 = 1 would let half of the absent ones through, and with
+        them every combination synthesis builds on them; SDS avoids this with a
+        delta-threshold on 1-counts, which dpsql does not need for privacy.
+        Longer candidates extend released values only.
+        """
         if self.thresholds is not None:
             return tuple(float(t) for t in self.thresholds)
-        return (1.0 if self.threshold_type == "adaptive" else 0.0,) * self.reporting_length
+        if self.threshold_type == "fixed":
+            return (0.0,) * self.reporting_length
+        return (min(1.0, 1 / max(values, 1)),) + (1.0,) * (self.reporting_length - 1)
 
-    def parameters(self) -> dict[str, Any]:
-        """Every option with its value in force (for provenance)."""
+    def parameters(self, values: int) -> dict[str, Any]:
+        """Every option with its value in force for ``values`` domain values (provenance)."""
         return {
             "reporting_length": self.reporting_length,
             "percentile": self.percentile,
@@ -128,7 +140,7 @@ class SDS:
             "number_of_records_epsilon_proportion": self.number_of_records_epsilon_proportion,
             "sigma_proportions": list(self.sigmas),
             "threshold_type": self.threshold_type,
-            "thresholds": list(self.levels),
+            "thresholds": list(self.levels(values)),
             "use_synthetic_counts": self.use_synthetic_counts,
             "weight_selection_percentile": self.weight_selection_percentile,
         }
@@ -155,7 +167,7 @@ class SDS:
         settings = Settings(self.reporting_length, self.percentile,
                             to_fraction(self.percentile_epsilon_proportion),
                             to_fraction(self.number_of_records_epsilon_proportion),
-                            self.sigmas, self.threshold_type, self.levels)
+                            self.sigmas, self.threshold_type, self.levels(items.count))
         seed = int(rng.integers(0, 2**63 - 1))
         result = aggregate(rows, items, settings, budget, domain.max_rows, domain.public_rows,
                            seed, progress)
@@ -264,7 +276,7 @@ class FittedSDS:
                 f"only combinations of up to {len(agg.levels)} values were released (longer "
                 "ones had no candidates or fell below their thresholds); synthesis uses those")
         return {
-            "parameters": self.config.parameters(),
+            "parameters": self.config.parameters(self.items.count),
             "measurements": [{"measure": "record_count", **agg.parts["record_count"]},
                              *({"measure": "k_tuples", **step} for step in agg.steps)],
             "diagnostics": {"warnings": warnings, "synthesis": dict(self.diagnostics)},
