@@ -10,7 +10,7 @@ with a released 1-count that the synthetic data lost, fit+sample time and peak
 memory; then the ratios dpsql / pac-synth (below 1 is better for dpsql).
 
 pac-synth runs in its own venv (benchmark-only): create it with
-    /work/venv/bin/python -m venv /work/venvs/pacsynth
+    python3 -m venv /work/venvs/pacsynth
     /work/venvs/pacsynth/bin/pip install pac-synth pandas numpy
 Run:  PYTHONPATH=. python benchmarks/sds_vs_pacsynth.py [--repeats 3] [--datasets adult,acs]
 """
