@@ -33,7 +33,7 @@ from dpsql.synth.sds.aggregates import Aggregates, Level, Settings, aggregate
 from dpsql.synth.sds.synthesis import Options, Synthesizer
 from dpsql.synth.sds.tuples import EMPTY, Items, TupleSpace, TupleTable
 
-VERSION = "1"
+VERSION = "2"  # 2: the default length-1 threshold is eta_1 = 1/(domain values)
 
 
 @register("sds")
