@@ -8,7 +8,8 @@ validate -> plan (or reuse the user's plan of the same text,
 **charge** -> run the generated SQL -> expand the public keys -> add noise ->
 store the noisy measures -> post-process. The ledger charges before any
 private value is computed; while the charge commits, a helper thread binds
-the generated SQL and draws the noise (neither reads a private value). A
+the generated SQL, then draws the noise while the query runs (neither reads a
+private value). A
 failure after the charge keeps the charge and records a reason that does not
 depend on the data.
 """
@@ -20,7 +21,7 @@ import threading
 from collections.abc import Mapping
 from concurrent import futures
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -311,26 +312,28 @@ def _dp(call: _Call, entry: Entry, text: str) -> Answer:
                   f"{meta.both_units(remaining, policy.delta, budget=True)}")
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
-    ready = _helpers().submit(_ready_to_run, call, prepared)
+    ready = _Ready()
+    _helpers().submit(_ready_to_run, call, prepared, ready)
     try:
         return _charged(call, entry, prepared, ready, text)
     finally:
-        _wait_out(ready)
+        _wait_out(ready.drawn)
 
 
-def _charged(call: _Call, entry: Entry, prepared: _Prepared, ready: futures.Future[_Ready],
+def _charged(call: _Call, entry: Entry, prepared: _Prepared, ready: _Ready,
              text: str) -> Answer:
     """Charge, run, add the noise and store the answer (``ready`` readies the query meanwhile)."""
     plan, store, policy = prepared.plan, call.session.store, call.policy
     dataset = plan.dataset.name
     if not entry.bound:  # a plan's first SQL binds before the charge: a dpsql bug costs nothing
-        ready.result()
+        ready.bound.result()
         entry.bound = True
     charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
     try:
-        got = ready.result()
-        dense = expand_public_keys(plan, got.bound.run())
-        noisy = [d + z for d, z in zip(dense, got.draws, strict=True)]
+        result = ready.bound.result().run()
+        draws, columns = ready.drawn.result()
+        dense = expand_public_keys(plan, result)
+        noisy = [d + z for d, z in zip(dense, draws, strict=True)]
         noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
                            charge.id, prepared.noises, noisy,
                            lambda cur: call.ledger.close(charge, "answered", cursor=cur))
@@ -344,30 +347,44 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, ready: futures.Futu
     notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
               f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
-                   notice, False, charge.id, got.columns)
+                   notice, False, charge.id, columns)
 
 
-class _Ready(NamedTuple):
-    """A query ready to run once its charge commits: the bound SQL, its noise, its columns."""
+class _Ready:
+    """A query readied while its charge commits, in two steps the statement waits for apart.
 
-    bound: Prepared
-    draws: list[np.ndarray]
-    columns: dict[str, dict[str, Any]]
+    ``bound``: the bound SQL (the run waits for it). ``drawn``: the noise and the
+    per-column description, made after binding, while the query runs (only adding
+    the noise waits for them). ``drawn`` settles last, also when binding fails.
+    """
+
+    def __init__(self) -> None:
+        self.bound: futures.Future[Prepared] = futures.Future()
+        self.drawn: futures.Future[tuple[list[np.ndarray], dict[str, dict[str, Any]]]] = \
+            futures.Future()
 
 
-def _ready_to_run(call: _Call, prepared: _Prepared) -> _Ready:
-    """Bind the SQL, draw the noise and describe the columns (while the charge commits).
+def _ready_to_run(call: _Call, prepared: _Prepared, ready: _Ready) -> None:
+    """Bind the SQL, then draw the noise and describe the columns (on a helper thread).
 
     None of it reads a private value, so none of it needs to wait for the charge.
     """
-    plan, noises = prepared.plan, prepared.noises
-    bound = _bind(call, prepared)
-    draws = [n.sample(plan.cells) for n in noises]
-    level = confidence(call.session.options)
-    return _Ready(bound, draws, column_info(plan, noises, call.policy.delta, level))
+    try:
+        ready.bound.set_result(_bind(call, prepared))
+    except BaseException as err:
+        ready.bound.set_exception(err)
+        ready.drawn.set_exception(err)
+        return
+    try:
+        plan, noises = prepared.plan, prepared.noises
+        draws = [n.sample(plan.cells) for n in noises]
+        level = confidence(call.session.options)
+        ready.drawn.set_result((draws, column_info(plan, noises, call.policy.delta, level)))
+    except BaseException as err:
+        ready.drawn.set_exception(err)
 
 
-def _wait_out(ready: futures.Future[_Ready]) -> None:
+def _wait_out(ready: futures.Future[Any]) -> None:
     """Wait for ``ready`` to end, through interrupts too: it may be using the statement's cursor."""
     interrupted: BaseException | None = None
     while not ready.done():

@@ -220,6 +220,40 @@ def test_sql_that_cannot_bind_costs_nothing_the_first_time_and_is_audited_after(
     assert pure_adult.audit(last=1)[0]["outcome"] == "failed"
 
 
+def test_the_noise_is_drawn_while_the_query_runs_and_a_failed_draw_keeps_the_charge(
+        pure_adult: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The helper binds the SQL first; the run waits for that alone, the noise after it.
+    events: list[str] = []
+    real_run, real_sample = _DuckDBPrepared.run, answer.Noise.sample
+
+    def run(self: _DuckDBPrepared) -> object:
+        events.append("run")
+        return real_run(self)
+
+    def sample(self: answer.Noise, size: int) -> object:
+        time.sleep(0.3)  # far longer than the charge and the run take here
+        events.append("drawn")
+        return real_sample(self, size)
+
+    sql = "SELECT COUNT(*) FROM adult WHERE age > 30"
+    pure_adult.sql(sql)  # the plan's first run binds before the charge
+    pure_adult.sql("SET dpsql.epsilon = 0.05")  # a new measurement: not from the cache
+    monkeypatch.setattr(_DuckDBPrepared, "run", run)
+    monkeypatch.setattr(answer.Noise, "sample", sample)
+    pure_adult.sql(sql)
+    assert events == ["run", "drawn"]
+
+    def broken(self: answer.Noise, size: int) -> object:
+        raise RuntimeError("sampler broke")
+
+    pure_adult.sql("SET dpsql.epsilon = 0.06")
+    monkeypatch.setattr(answer.Noise, "sample", broken)
+    with pytest.raises(dpsql.InternalError):
+        pure_adult.sql(sql)
+    assert charges(pure_adult) == 3
+    assert pure_adult.audit(last=1)[0]["outcome"] == "failed"
+
+
 def test_a_refused_charge_waits_for_the_readying_before_the_statement_ends(
         build: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     text = with_budgets(ADULT_POLICY, accounting="pure", budget={"epsilon": 0.15},
