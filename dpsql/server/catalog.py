@@ -131,6 +131,7 @@ class ConnectionCatalog:
     _settings: dict[str, str] = field(default_factory=dict)
     _running: threading.Event = field(default_factory=threading.Event)
     _interrupted: threading.Event = field(default_factory=threading.Event)
+    _statement: int = 0  # counts arm(): an interrupt repeats only within its statement
 
     def _ready(self, settings: Mapping[str, str]) -> duckdb.DuckDBPyConnection:
         built = self.source.current()
@@ -162,6 +163,7 @@ class ConnectionCatalog:
 
     def arm(self) -> None:
         """A new statement begins: forget interrupts meant for the previous one."""
+        self._statement += 1
         self._interrupted.clear()
 
     def interrupt(self) -> None:
@@ -169,13 +171,18 @@ class ConnectionCatalog:
 
         The statement may not have reached DuckDB yet, and DuckDB drops an interrupt
         that arrives just before a query starts: so the flag stops a query that has not
-        started, and the interrupt is repeated until a running one has ended.
+        started, and the interrupt is repeated until a running one has ended, never
+        into the next statement (which may begin while the interrupted work, not a
+        catalog query, is still finishing).
         """
         self._interrupted.set()
+        statement = self._statement
 
         def repeat() -> None:
             seen = False
             for _ in range(250):
+                if self._statement != statement:
+                    return
                 cursor = self._cursor
                 if self._running.is_set() and cursor is not None:
                     seen = True
