@@ -5,8 +5,10 @@ only: uniform integers by rejection, Bernoulli(p) for rational p, and
 Bernoulli(exp(-gamma)) for rational gamma by the method of Canonne, Kamath and
 Steinke, "The Discrete Gaussian for Differential Privacy" (NeurIPS 2020),
 Algorithms 1-3. Loops run over the shrinking set of still-undecided indices,
-never once per element. Randomness comes from the OS CSPRNG (``os.urandom``),
-buffered and handed out under a lock, and never from ``numpy.random``.
+never once per element; a handful of draws (``SCALAR_DRAWS``) take the same
+algorithms in plain Python ints instead, which is several times faster there.
+Randomness comes from the OS CSPRNG (``os.urandom``), buffered and handed out
+under a lock, and never from ``numpy.random``.
 
 Bounds are kept below 2**63 so that int64 never overflows; the few values that
 could (far tails of a proposal) take an exact pure-Python path instead.
@@ -246,18 +248,53 @@ def _uniform_below_int(m: int) -> int:
             return r
 
 
-def bernoulli_exp_int(num: int, den: int) -> bool:
-    """Bernoulli(exp(-num/den)) with Python ints of any size (rare overflow path)."""
-    q, r = divmod(num, den)
-    while q > 0:
-        if not bool(bernoulli_exp_minus_one(1)[0]):
-            return False
-        q -= 1
+def bernoulli_exp_frac_int(num: int, den: int) -> bool:
+    """One Bernoulli(exp(-num/den)) for Python ints 0 <= num <= den (CKS Alg. 1)."""
     k = 1
-    while _uniform_below_int(den * k) < r:
+    while _uniform_below_int(den * k) < num:
         k += 1
     return k % 2 == 1
 
+
+def bernoulli_exp_int(num: int, den: int) -> bool:
+    """One Bernoulli(exp(-num/den)) for Python ints of any size (num >= 0, den > 0)."""
+    q, r = divmod(num, den)
+    while q > 0:  # exp(-1)**q: each trial fails with probability 0.63, so few run
+        if not bernoulli_exp_frac_int(1, 1):
+            return False
+        q -= 1
+    return bernoulli_exp_frac_int(r, den)
+
+
+def laplace_int(t: int, s: int) -> int:
+    """One discrete Laplace draw, P(z) proportional to exp(-|z| s / t): CKS Alg. 2 in ints."""
+    while True:
+        u = _uniform_below_int(t)
+        if not bernoulli_exp_frac_int(u, t):
+            continue
+        v = 0
+        while bernoulli_exp_frac_int(1, 1):
+            v += 1
+        if v >= 2**22:  # probability below exp(-4 million); int64 callers need the bound
+            raise InternalError("discrete_laplace geometric count overflowed; please report")
+        y = (u + t * v) // s
+        negative = _uniform_below_int(2) == 1
+        if not (negative and y == 0):  # the draw "-0" would count zero twice
+            return -y if negative else y
+
+
+def gaussian_int(t: int, c_num: int, c_den: int) -> int:
+    """One discrete Gaussian draw, sigma^2 = t c_num / c_den: CKS Alg. 3 in ints."""
+    den = 2 * c_num * c_den * t
+    while True:
+        y = laplace_int(t, 1)
+        d = abs(y) * c_den - c_num
+        if bernoulli_exp_int(d * d, den):
+            return y
+
+
+#: Up to this many draws, one at a time in Python ints beats numpy's per-call cost.
+SCALAR_DRAWS = 8
 
 _BATCH = 1 << 18  # proposals per round: bounds memory, keeps arrays cache-sized
 
@@ -308,6 +345,8 @@ def discrete_laplace(t: int, s: int, size: int) -> np.ndarray:
     """
     if t < 1 or s < 1 or t * 2**22 >= _I64_LIMIT:
         raise InternalError(f"discrete_laplace parameters t={t}, s={s} out of range")
+    if size <= SCALAR_DRAWS:
+        return np.array([laplace_int(t, s) for _ in range(size)], dtype=np.int64)
     return _collect(size, lambda k: _laplace_attempt(t, s, k))
 
 
@@ -320,6 +359,8 @@ def discrete_gaussian(t: int, c_num: int, c_den: int, size: int, d_max: int = D_
     exact for any integer t >= 1. When |d| > ``d_max`` (d^2 would overflow),
     gamma > floor(d_max^2 / den) is known, so that many exp(-1) trials run
     vectorized first and only their rare survivors finish in Python ints.
+    A few draws (``SCALAR_DRAWS``, e.g. one global aggregate) run in Python
+    ints throughout, where nothing overflows.
     """
     den = 2 * c_num * c_den * t
     if not (0 < c_num <= d_max and den < _I64_LIMIT):
@@ -345,4 +386,6 @@ def discrete_gaussian(t: int, c_num: int, c_den: int, size: int, d_max: int = D_
                 accept[i] = bernoulli_exp_int(exact * exact - q_far * den, den)
         return y[accept]
 
+    if size <= SCALAR_DRAWS:
+        return np.array([gaussian_int(t, c_num, c_den) for _ in range(size)], dtype=np.int64)
     return _collect(size, attempt)

@@ -341,6 +341,61 @@ def test_discrete_gaussian_overflow_path(d_max: int) -> None:
     assert binomial_ok(int((np.abs(draws) >= a_far).sum()), n, p_far)
 
 
+# --------------------------------------------------------------------------- a few draws at a time
+
+# Up to _exact.SCALAR_DRAWS draws per call take the Python-int path (a global
+# aggregate draws one). These checks go through the public samplers, one small
+# call after another, with fewer draws than above (each call is ~20 us); the
+# power checks show the smaller samples still reject a wrong scale.
+SCALAR_N = 20_000
+
+
+def small_calls(sample: Callable[[int], np.ndarray], n: int = SCALAR_N) -> np.ndarray:
+    size = _exact.SCALAR_DRAWS
+    return np.concatenate([sample(size) for _ in range(-(-n // size))])[:n]
+
+
+@pytest.mark.parametrize("scale", [0.3, 10, Fraction(7, 3), 1000], ids=str)
+def test_few_laplace_draws_fit(scale: float) -> None:
+    used = float(noise.used_laplace_scale(scale))
+    draws = small_calls(lambda k: noise.discrete_laplace(scale, k))
+    assert draws.dtype == np.int64
+    stat, threshold, _, _ = chi2_gof(draws, laplace_law(used), laplace_span(used))
+    assert stat <= threshold
+
+
+@pytest.mark.parametrize("sigma", [0.5, 3, 200, 2 / 3])
+def test_few_gaussian_draws_fit(sigma: float) -> None:
+    used = float(noise.used_gaussian_sigma2(sigma**2))
+    draws = np.concatenate([noise.discrete_gaussian(sigma**2, 1) for _ in range(SCALAR_N)])
+    assert draws.dtype == np.int64
+    stat, threshold, _, _ = chi2_gof(draws, gaussian_law(used), gaussian_span(sigma))
+    assert stat <= threshold
+
+
+@pytest.mark.parametrize("factor", WRONG_FACTORS)
+def test_few_draws_checks_reject_a_wrong_scale(factor: float) -> None:
+    span = laplace_span(10 * max(factor, 1))
+    assert_power(laplace_law(10), laplace_law(10 * factor), span, SCALAR_N)
+    draws = small_calls(lambda k: noise.discrete_laplace(10 * factor, k))
+    stat, threshold, _, _ = chi2_gof(draws, laplace_law(10), span)
+    assert stat > threshold
+    span = gaussian_span(3 * max(factor, 1))
+    assert_power(gaussian_law(9), gaussian_law((3 * factor) ** 2), span, SCALAR_N)
+    draws = small_calls(lambda k: noise.discrete_gaussian((3 * factor) ** 2, k))
+    stat, threshold, _, _ = chi2_gof(draws, gaussian_law(9), span)
+    assert stat > threshold
+
+
+def test_few_draws_use_the_entropy_source_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run() -> list[np.ndarray]:
+        monkeypatch.setattr(_exact, "ENTROPY", SeededEntropy(99))
+        return [noise.discrete_laplace(3, 1), noise.discrete_gaussian(5, _exact.SCALAR_DRAWS)]
+
+    for a, b in zip(run(), run(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 # --------------------------------------------------------------------------- real OS entropy
 
 
