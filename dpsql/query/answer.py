@@ -8,17 +8,17 @@ validate -> plan (or reuse the user's plan of the same text,
 **charge** -> run the generated SQL -> expand the public keys -> add noise ->
 store the noisy measures -> post-process. The ledger charges before any
 private value is computed; while the charge commits, a helper thread binds
-the generated SQL, then draws the noise while the query runs (neither reads a
-private value). A
-failure after the charge keeps the charge and records a reason that does not
-depend on the data.
+the generated SQL, and another draws the noise while the query runs (neither
+reads a private value). A failure after the charge keeps the charge and
+records a reason that does not depend on the data.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -312,26 +312,31 @@ def _dp(call: _Call, entry: Entry, text: str) -> Answer:
                   f"{meta.both_units(remaining, policy.delta, budget=True)}")
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
-    ready = _Ready()
-    _helpers().submit(_ready_to_run, call, prepared, ready)
+    bound = _helpers().submit(_bind, call, prepared)  # while the charge commits
     try:
-        return _charged(call, entry, prepared, ready, text)
+        return _charged(call, entry, prepared, bound, text)
     finally:
-        _wait_out(ready.drawn)
+        _wait_out(bound)  # it may be using the statement's cursor
 
 
-def _charged(call: _Call, entry: Entry, prepared: _Prepared, ready: _Ready,
+def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Future[Prepared],
              text: str) -> Answer:
-    """Charge, run, add the noise and store the answer (``ready`` readies the query meanwhile)."""
+    """Charge, run, add the noise and store the answer (``bound`` binds the SQL meanwhile).
+
+    The noise is drawn on a helper while the query runs: the database releases
+    the GIL as it aggregates, while during the charge a Python draw would delay
+    the commit's own Python steps.
+    """
     plan, store, policy = prepared.plan, call.session.store, call.policy
     dataset = plan.dataset.name
     if not entry.bound:  # a plan's first SQL binds before the charge: a dpsql bug costs nothing
-        ready.bound.result()
+        bound.result()
         entry.bound = True
     charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
     try:
-        result = ready.bound.result().run()
-        draws, columns = ready.drawn.result()
+        drawn = _helpers().submit(_draw, prepared)
+        result = bound.result().run()
+        draws = drawn.result()
         dense = expand_public_keys(plan, result)
         noisy = [d + z for d, z in zip(dense, draws, strict=True)]
         noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
@@ -347,41 +352,12 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, ready: _Ready,
     notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
               f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
-                   notice, False, charge.id, columns)
+                   notice, False, charge.id)
 
 
-class _Ready:
-    """A query readied while its charge commits, in two steps the statement waits for apart.
-
-    ``bound``: the bound SQL (the run waits for it). ``drawn``: the noise and the
-    per-column description, made after binding, while the query runs (only adding
-    the noise waits for them). ``drawn`` settles last, also when binding fails.
-    """
-
-    def __init__(self) -> None:
-        self.bound: futures.Future[Prepared] = futures.Future()
-        self.drawn: futures.Future[tuple[list[np.ndarray], dict[str, dict[str, Any]]]] = \
-            futures.Future()
-
-
-def _ready_to_run(call: _Call, prepared: _Prepared, ready: _Ready) -> None:
-    """Bind the SQL, then draw the noise and describe the columns (on a helper thread).
-
-    None of it reads a private value, so none of it needs to wait for the charge.
-    """
-    try:
-        ready.bound.set_result(_bind(call, prepared))
-    except BaseException as err:
-        ready.bound.set_exception(err)
-        ready.drawn.set_exception(err)
-        return
-    try:
-        plan, noises = prepared.plan, prepared.noises
-        draws = [n.sample(plan.cells) for n in noises]
-        level = confidence(call.session.options)
-        ready.drawn.set_result((draws, column_info(plan, noises, call.policy.delta, level)))
-    except BaseException as err:
-        ready.drawn.set_exception(err)
+def _draw(prepared: _Prepared) -> list[np.ndarray]:
+    """The noise of every measure, one draw per public cell (reads no data)."""
+    return [n.sample(prepared.plan.cells) for n in prepared.noises]
 
 
 def _wait_out(ready: futures.Future[Any]) -> None:
@@ -419,14 +395,40 @@ os.register_at_fork(after_in_child=_forget_helpers)
 
 def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
             noisy: list[np.ndarray], cost: PrivacyCost, remaining: PrivacyCost, notice: str,
-            cached: bool, audit_id: int,
-            columns: dict[str, dict[str, Any]] | None = None) -> Answer:
+            cached: bool, audit_id: int) -> Answer:
     level = confidence(call.session.options)
     table = answer_table(plan, base_table(plan, noisy, noises, level), level)
-    if columns is None:
-        columns = column_info(plan, noises, call.policy.delta, level)
+    columns = _Described(plan, noises, call.policy.delta, level)
     return Answer(table, "dp", cost, remaining, plan.dataset.name, cached, columns, notice,
                   f"SELECT {table.num_rows}", audit_id)
+
+
+class _Described(Mapping[str, dict[str, Any]]):
+    """:func:`column_info` of an answer, worked out when first read.
+
+    Most front ends (the wire server, ``dpsql query`` without ``--json``) never
+    read it, and it costs as much as drawing the noise.
+    """
+
+    def __init__(self, plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
+                 level: float | None) -> None:
+        self._args = (plan, noises, delta, level)
+
+    @functools.cached_property
+    def _info(self) -> dict[str, dict[str, Any]]:
+        return column_info(*self._args)
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        return self._info[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._info)
+
+    def __len__(self) -> int:
+        return len(self._info)
+
+    def __repr__(self) -> str:
+        return repr(self._info)
 
 
 def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,

@@ -317,6 +317,9 @@ def _codes(key: GroupKey, col: Column, column: pa.ChunkedArray) -> np.ndarray:
 
 def expand_public_keys(plan: QueryPlan, sparse: pa.Table) -> list[np.ndarray]:
     """Dense int64 vectors (one per measure) over every public cell, in key-code order."""
+    if not plan.keys and sparse.num_rows == 1:  # a global aggregate: one row, one cell
+        return [np.array([sparse.column(f"_m{j}")[0].as_py() or 0], dtype=np.int64)
+                for j in range(len(plan.measures))]
     cells = plan.cells
     index = np.zeros(sparse.num_rows, dtype=np.int64)
     keep = np.ones(sparse.num_rows, dtype=bool)
