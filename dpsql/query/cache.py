@@ -48,8 +48,11 @@ def lookup(store: Store, key: str) -> CachedAnswer | None:
     """The stored answer under ``key``, if any (including one still being written)."""
     with _pending_lock:
         waiting = _pending.get(store, {}).get(key)
-    if waiting is not None:
-        return waiting
+    return waiting if waiting is not None else _stored(store, key)
+
+
+def _stored(store: Store, key: str) -> CachedAnswer | None:
+    """The answer written under ``key``, if any (a read only when the key may be there)."""
     if not store.state(_KnownKeys).may_hold(store, key):
         return None
     row = store.cursor().execute(
@@ -76,9 +79,9 @@ def save(store: Store, key: str, user: str, plan: QueryPlan, fingerprint: str, a
     twin that got there first is kept: its numbers are returned instead.
     """
     answer = CachedAnswer(audit_id, noises, measures)
-    with _pending_lock:
+    with _pending_lock:  # a twin is still being written, or written already (read rarely)
         waiting = _pending.setdefault(store, {})
-        twin = waiting.get(key)
+        twin = waiting.get(key) or _stored(store, key)
         if twin is None:
             waiting[key] = answer
     if twin is not None:

@@ -346,6 +346,21 @@ def test_concurrent_twins_get_the_same_numbers(build: Callable[..., Path]) -> No
         assert alice.sql(sql).table.equals(results[0])
 
 
+def test_a_twin_that_saves_after_the_first_was_written_gets_its_numbers(
+        pure_adult: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The slower twin looked the cache up before the first answer was kept, and
+    # reaches its own save after that answer is written and no longer pending.
+    sql = "SELECT race, COUNT(*) FROM adult GROUP BY race"
+    first = pure_adult.sql(sql).table
+    pure_adult.store.flush()  # written: no longer among the pending answers
+    monkeypatch.setattr(answer.cache, "lookup", lambda store, key: None)
+    second = pure_adult.sql(sql)
+    assert not second.cached
+    assert charges(pure_adult) == 2  # it paid, as a twin may
+    # Five noisy counts, each equal by chance with probability below 0.05.
+    assert second.table.equals(first)
+
+
 def test_a_dp_statement_never_holds_another_requests_audit_row(
         admin: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     # A DP statement that commits a group of charges must not keep the others' audit
