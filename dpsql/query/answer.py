@@ -323,9 +323,9 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Futu
              text: str) -> Answer:
     """Charge, run, add the noise and store the answer (``bound`` binds the SQL meanwhile).
 
-    The noise is drawn on a helper while the query runs: the database releases
-    the GIL as it aggregates, while during the charge a Python draw would delay
-    the commit's own Python steps.
+    The noise (and the notice) are made on a helper while the query runs: the
+    database releases the GIL as it aggregates, while during the charge a
+    Python draw would delay the commit's own Python steps.
     """
     plan, store, policy = prepared.plan, call.session.store, call.policy
     dataset = plan.dataset.name
@@ -334,9 +334,9 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Futu
         entry.bound = True
     charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
     try:
-        drawn = _helpers().submit(_draw, prepared)
+        drawn = _helpers().submit(_draw, call, prepared, charge.remaining)
         result = bound.result().run()
-        draws = drawn.result()
+        draws, notice = drawn.result()
         dense = expand_public_keys(plan, result)
         noisy = [d + z for d, z in zip(dense, draws, strict=True)]
         noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
@@ -349,15 +349,17 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Futu
             raise
         raise InternalError("the query failed after it was charged; this is a bug in dpsql, "
                             "please report it with your query") from None
-    notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
-              f"remaining {meta.both_units(charge.remaining, policy.delta, budget=True)}")
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
                    notice, False, charge.id)
 
 
-def _draw(prepared: _Prepared) -> list[np.ndarray]:
-    """The noise of every measure, one draw per public cell (reads no data)."""
-    return [n.sample(prepared.plan.cells) for n in prepared.noises]
+def _draw(call: _Call, prepared: _Prepared,
+          remaining: PrivacyCost) -> tuple[list[np.ndarray], str]:
+    """The noise of every measure (one draw per public cell) and the notice; reads no data."""
+    delta, dataset = call.policy.delta, prepared.plan.dataset.name
+    draws = [n.sample(prepared.plan.cells) for n in prepared.noises]
+    return draws, (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, delta)}; "
+                   f"remaining {meta.both_units(remaining, delta, budget=True)}")
 
 
 def _wait_out(ready: futures.Future[Any]) -> None:
