@@ -4,8 +4,11 @@ Noises ``--n`` integer counts with the discrete Laplace (scales 1, 10, 1000)
 and the discrete Gaussian (sigma 1, 10, 1000): median wall time of ``--runs``
 runs, peak Python-heap memory of one extra run (tracemalloc, which sees numpy
 buffers but not OpenDP's Rust heap), throughput, and OpenDP's time for the same
-job in the same process (``--opendp-runs``, default 1: it is slow). Prints a
-table, or JSON with ``--json``. Never asserts on time.
+job in the same process (``--opendp-runs``, default 1: it is slow). Then the
+latency of one draw (a global aggregate's noise): median of ``--calls`` calls
+of size 1 through the Python-int path, against the vectorized numpy path
+forced for the same calls. Prints tables, or JSON with ``--json``. Never
+asserts on time.
 
     python benchmarks/noise_throughput.py [--n 1000000] [--runs 5] [--no-opendp] [--json]
 """
@@ -13,6 +16,7 @@ table, or JSON with ``--json``. Never asserts on time.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -27,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpsql import noise
+from dpsql import _exact, noise
 
 CASES = [
     ("discrete_laplace", 1.0),
@@ -108,6 +112,38 @@ def run(n: int, runs: int, opendp_runs: int) -> list[dict[str, Any]]:
     return rows
 
 
+def one_draw(calls: int) -> list[dict[str, Any]]:
+    """Median microseconds of a one-value draw: the Python-int path against numpy's."""
+    rows = []
+    for mechanism, scale in CASES:
+        if mechanism == "discrete_laplace":
+            draw = functools.partial(noise.discrete_laplace, scale)
+        else:
+            draw = functools.partial(noise.discrete_gaussian, scale**2)
+        medians = {}
+        for path, limit in (("ints", _exact.SCALAR_DRAWS), ("numpy", 0)):
+            saved, _exact.SCALAR_DRAWS = _exact.SCALAR_DRAWS, limit
+            try:
+                draw(1)
+                medians[path] = statistics.median(timed(draw, 1, calls)) * 1e6
+            finally:
+                _exact.SCALAR_DRAWS = saved
+        rows.append({"mechanism": mechanism, "scale": scale, "calls": calls,
+                     "ints_us": medians["ints"], "numpy_us": medians["numpy"],
+                     "speedup": medians["numpy"] / medians["ints"]})
+    return rows
+
+
+def one_draw_table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'mechanism':<18} {'scale':>7} {'ints us':>8} {'numpy us':>9} {'speedup':>8}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['mechanism']:<18} {r['scale']:>7g} {r['ints_us']:>8.1f}"
+                     f" {r['numpy_us']:>9.1f} {r['speedup']:>7.1f}x")
+    lines.append(f"one value per call; median of {rows[0]['calls']} calls each, same process.")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'mechanism':<18} {'scale':>7} {'dpsql s':>8} {'counts/s':>10} {'peak MiB':>9}"
@@ -137,18 +173,22 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of dpsql per case")
     parser.add_argument("--opendp-runs", type=int, default=1, help="timed runs of OpenDP per case")
     parser.add_argument("--no-opendp", action="store_true", help="skip the OpenDP comparison")
+    parser.add_argument("--calls", type=int, default=2000, help="one-value draws per path")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
     rows = run(args.n, args.runs, 0 if args.no_opendp else args.opendp_runs)
+    single = one_draw(args.calls)
     if args.json:
         meta = {
             "python": platform.python_version(),
             "numpy": np.__version__,
             "machine": platform.machine(),
         }
-        print(json.dumps({"meta": meta, "results": rows}, indent=2))
+        print(json.dumps({"meta": meta, "results": rows, "one_draw": single}, indent=2))
     else:
         print(table(rows))
+        print()
+        print(one_draw_table(single))
 
 
 if __name__ == "__main__":
