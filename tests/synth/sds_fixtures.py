@@ -13,7 +13,8 @@ from dpsql.domain import Domain
 from dpsql.source import bounded_relation
 from dpsql.store import Store
 from dpsql.synth.sds import _encoded
-from dpsql.synth.sds.tuples import EMPTY, Items
+from dpsql.synth.sds.aggregates import Level
+from dpsql.synth.sds.tuples import EMPTY, Items, TupleSpace, TupleTable
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 
 COLUMNS = ("age", "workclass", "race", "sex", "relationship", "income_50k")
@@ -47,3 +48,25 @@ def tuple_counts(rows: np.ndarray, k: int) -> dict[tuple[int, ...], int]:
         for combo in combinations(present, k):
             out[combo] = out.get(combo, 0) + 1
     return out
+
+
+class FakeDomainItems(Items):
+    """Items over columns of the given sizes, without a policy."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = np.array(sizes, dtype=np.int64)
+        self.offsets = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
+        self.count = int(self.sizes.sum())
+        self.column = np.repeat(np.arange(len(sizes)), self.sizes).astype(np.int64)
+        self.code = (np.arange(self.count) - self.offsets[self.column]).astype(np.int64)
+
+
+def levels_from(items: Items, counts: dict[tuple[int, ...], int]) -> list[Level]:
+    """Levels holding the given tuple counts (every length from 1 up)."""
+    levels = []
+    for k in range(1, max(len(t) for t in counts) + 1):
+        rows = np.array([t for t in counts if len(t) == k], dtype=np.int64).reshape(-1, k)
+        space = TupleSpace(items.sizes, k)
+        table = TupleTable(space, space.item_keys(items, rows), [counts[tuple(r)] for r in rows])
+        levels.append(Level(k, rows[table.order], table))
+    return levels

@@ -31,12 +31,21 @@ from dpsql.synth.sds.aggregates import (
     kept_tuples,
     normalize,
     percentile_scores,
+    prune_uncovered,
     record_keys,
     split_budget,
 )
 from dpsql.synth.sds.tuples import EMPTY, Items, TupleSpace, TupleTable, candidates
 from tests.conftest import ADULT_SAMPLE
-from tests.synth.sds_fixtures import COLUMNS, item_rows, open_adult, source_and_domain, tuple_counts
+from tests.synth.sds_fixtures import (
+    COLUMNS,
+    FakeDomainItems,
+    item_rows,
+    levels_from,
+    open_adult,
+    source_and_domain,
+    tuple_counts,
+)
 
 FALSE_POSITIVE_RATE = 1e-6
 
@@ -58,17 +67,6 @@ def exact(text: dict) -> Fraction:
 
 
 # --------------------------------------------------------------------------- tuple machinery
-
-
-class FakeDomainItems(Items):
-    """Items over columns of the given sizes, without a policy."""
-
-    def __init__(self, sizes: list[int]) -> None:
-        self.sizes = np.array(sizes, dtype=np.int64)
-        self.offsets = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
-        self.count = int(self.sizes.sum())
-        self.column = np.repeat(np.arange(len(sizes)), self.sizes).astype(np.int64)
-        self.code = (np.arange(self.count) - self.offsets[self.column]).astype(np.int64)
 
 
 def all_tuples(items: Items, k: int) -> np.ndarray:
@@ -410,6 +408,80 @@ def test_normalization_invariant_on_random_aggregates() -> None:
                 parent = lower.table.get(lower.table.space.item_keys(items, sub))
                 assert np.all(parent > 0)  # filtered tuples propagate: sub-tuples were released
                 assert np.all(upper.table.values <= parent)
+
+
+def kept(levels: list[Level]) -> set[tuple[int, ...]]:
+    return {tuple(t) for level in levels for t in level.rows.tolist()}
+
+
+def test_a_pair_no_value_accounts_for_is_pruned() -> None:
+    # column A: items 0 (a0, count 10), 1 (a1, 5); column B: 2 (b0, 8), 3 (b1, 6), 4 (b2, 1)
+    items = FakeDomainItems([2, 3])
+    counts = {(0,): 10, (1,): 5, (2,): 8, (3,): 6, (4,): 1,
+              (0, 2): 8, (0, 4): 3, (0, 3): 2,  # a0's extensions, largest first: 8, 3, 2
+              (1, 3): 5, (1, 4): 1}
+    levels = levels_from(items, counts)
+    assert prune_uncovered(levels, items) == [1]
+    # (a0, b1): a0's larger extensions already sum to 11 >= 10, but b1's to 5 < 6: kept.
+    # (a1, b2): a1's larger ones sum to 5 >= 5 and b2's to 3 >= 1: dropped.
+    assert kept(levels) == set(counts) - {(1, 4)}
+
+
+def covered_by_brute_force(levels: list[Level], items: Items) -> set[tuple[int, ...]]:
+    """The rule of prune_uncovered, written tuple by tuple."""
+    out = {tuple(t) for t in levels[0].rows.tolist()}
+    counts = {tuple(t): int(v) for level in levels
+              for t, v in zip(level.rows.tolist(), level.table.values.tolist(), strict=True)}
+    for level in levels[1:]:
+        for t in map(tuple, level.rows.tolist()):
+            subs = [t[:j] + t[j + 1:] for j in range(len(t))]
+            if not all(sub in out for sub in subs):
+                continue
+            for j, sub in enumerate(subs):
+                column = items.column[t[j]]
+                siblings = [counts[u] for u in counts if len(u) == len(t) and u != t
+                            and set(sub) <= set(u) and items.column[(set(u) - set(sub)).pop()]
+                            == column]
+                if sum(c for c in siblings if c > counts[t]) < counts[sub]:  # no ties here
+                    out.add(t)
+                    break
+    return out
+
+
+def test_pruning_matches_the_rule_on_random_aggregates() -> None:
+    items = FakeDomainItems([3, 4, 2, 3])
+    rng = np.random.default_rng(11)
+    pruned = 0
+    for _ in range(15):
+        levels: list[Level] = []
+        survivors = np.empty((0, 0), dtype=np.int64)
+        previous = None
+        for k in (1, 2, 3):
+            cand = candidates(items, survivors, previous)
+            survivors = cand[rng.random(len(cand)) < 0.8]
+            space = TupleSpace(items.sizes, k)
+            values = (rng.permutation(len(survivors)) + 1) * (1 if k == 1 else 2)  # no ties
+            previous = TupleTable(space, space.item_keys(items, survivors), values)
+            survivors = survivors[previous.order]
+            levels.append(Level(k, survivors, previous))
+        want = covered_by_brute_force(levels, items)
+        before = kept(levels)
+        dropped = prune_uncovered(levels, items)
+        assert kept(levels) == want
+        assert sum(dropped) == len(before - want)
+        pruned += sum(dropped)
+        for lower, upper in pairwise(levels):  # no tuple outlives a sub-tuple
+            for j in range(upper.k):
+                sub = np.delete(upper.rows, j, axis=1)
+                assert np.all(lower.table.find(lower.table.space.item_keys(items, sub)) >= 0)
+    assert pruned > 0  # the random counts do break the rule
+
+
+def test_exact_counts_lose_nothing_to_pruning(store) -> None:
+    rows, items = item_rows(store)
+    counts = {t: c for k in (1, 2, 3) for t, c in tuple_counts(rows, k).items()}
+    levels = levels_from(items, counts)
+    assert prune_uncovered(levels, items) == [0, 0]
 
 
 def test_released_tuples_keep_their_sub_tuples(store) -> None:

@@ -94,6 +94,7 @@ class Settings:
     sigma_proportions: tuple[float, ...]
     threshold_type: str
     thresholds: tuple[float, ...]
+    prune_uncovered: bool = True
 
 
 @dataclass
@@ -352,6 +353,9 @@ def aggregate(rows: np.ndarray, items: Items, settings: Settings, budget: Privac
     if progress:
         progress("sds: aggregates", r, r)
     normalize(levels, items)
+    if settings.prune_uncovered:
+        for step, dropped in zip(steps[1:], prune_uncovered(levels, items), strict=False):
+            step["uncovered"] = dropped
     return Aggregates(levels, n_rows, spent, steps, parts)
 
 
@@ -371,3 +375,45 @@ def normalize(levels: list[Level], items: Items) -> None:
             assert np.all(pos >= 0), "a released tuple lost a sub-tuple"
             smallest = np.minimum(smallest, prev.table.values[pos])
         level.table.values = np.minimum(level.table.values, smallest).astype(np.int64)
+
+
+def prune_uncovered(levels: list[Level], items: Items) -> list[int]:
+    """Drop the k-tuples (k >= 2) that none of their (k-1)-sub-tuples covers (in place).
+
+    The records holding a (k-1)-tuple u and a value in column c split u's count
+    among u's extensions into c, so those extensions' true counts sum to at
+    most count(u). Ranked by noisy count, the extensions that come after
+    others already summing to count(u) are the likeliest to be noise: a tuple
+    is *covered* by u when the extensions ranked above it sum to less than
+    count(u). A tuple is kept when at least one of its sub-tuples covers it,
+    and a longer tuple is dropped with any sub-tuple dropped before it.
+    Post-processing of the noisy counts only. Returns the number dropped per
+    length from 2 on.
+    """
+    dropped = []
+    for at in range(1, len(levels)):
+        prev, level = levels[at - 1], levels[at]
+        k, rows, values = level.k, level.rows, level.table.values
+        covered = np.zeros(len(rows), dtype=bool)
+        present = np.ones(len(rows), dtype=bool)
+        for j in range(k):
+            sub = prev.table.find(prev.table.space.item_keys(items, np.delete(rows, j, axis=1)))
+            present &= sub >= 0
+            column = items.column[rows[:, j]]
+            order = np.lexsort((-values, column, sub))
+            group_start = np.ones(len(order), dtype=bool)
+            group_start[1:] = ((sub[order][1:] != sub[order][:-1])
+                               | (column[order][1:] != column[order][:-1]))
+            total = np.cumsum(values[order])
+            start = np.flatnonzero(group_start)
+            offset = np.append(0, total)[start][np.cumsum(group_start) - 1]
+            above = total - values[order] - offset  # extensions ranked above, same group
+            parent = np.append(prev.table.values, 0)[sub[order]]
+            covered[order] |= above < parent
+        keep = covered & present
+        dropped.append(int((~keep).sum()))
+        if not keep.all():
+            table = level.table
+            levels[at] = Level(k, rows[keep], TupleTable(table.space, table.keys[keep],
+                                                         values[keep]))
+    return dropped
