@@ -59,10 +59,14 @@ def test_release_through_the_cli(store_path: Path) -> None:
         assert sample[0].count(";") == 1
     parameters = record["parameters"]  # every option in force, defaults included
     assert parameters["thresholds"] == [1.0, 0.5, 1.0]
-    assert parameters["sigma_proportions"] == [1.0, 1.0, 1.0]
+    assert parameters["sigma_proportions"] == [1.0, 0.5, 1.0]
+    assert parameters["prune_uncovered"] is True
+    assert parameters["paired_pass"] is True
     assert parameters["weight_selection_percentile"] == 95
     kinds = [m["measure"] for m in record["measurements"]]
     assert kinds == ["record_count", "k_tuples", "k_tuples", "k_tuples"]
+    assert [isinstance(m.get("uncovered"), int) for m in record["measurements"][1:]] == \
+        [False, True, True]  # tuples dropped by pruning, per length from 2 on
     synthesis = record["diagnostics"]["synthesis"]  # the sampling's counters reach provenance
     assert sum(synthesis["cells_filled"].values()) == record["rows"] * 5
     assert 0 <= synthesis["records_outside_aggregates"] <= record["rows"]

@@ -19,9 +19,16 @@ from dpsql.synth.sds.synthesis import (
     _Batch,
     _kept,
     _percentile,
+    dependence,
 )
 from dpsql.synth.sds.tuples import EMPTY
-from tests.synth.sds_fixtures import open_adult, source_and_domain
+from tests.synth.sds_fixtures import (
+    FakeDomainItems,
+    levels_from,
+    open_adult,
+    source_and_domain,
+    tuple_counts,
+)
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +110,9 @@ def test_relaxed_records_are_counted(fitted: FittedSDS) -> None:
     diagnostics = fitted.diagnostics
     filled = diagnostics["cells_filled"]
     assert sum(filled.values()) == fitted.rows * fitted.items.columns
-    assert list(filled) == ["length_3", "length_2", "length_1", "without_allowance"]
-    assert filled["length_3"] > filled["length_2"] + filled["length_1"]
-    relaxed = filled["length_2"] + filled["length_1"] + filled["without_allowance"]
+    assert list(filled) == ["length_3", "length_2", "paired", "length_1", "without_allowance"]
+    assert filled["length_3"] > filled["length_2"] + filled["paired"] + filled["length_1"]
+    relaxed = sum(filled.values()) - filled["length_3"]
     assert 0 <= diagnostics["records_outside_aggregates"] <= relaxed
     json.dumps(fitted.describe())
 
@@ -241,3 +248,93 @@ def test_nullable_columns_keep_empty_values(tmp_path) -> None:
         assert 0.1 < share < 0.4  # a quarter of the data is empty there
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- the paired pass
+
+
+def determined(n: int = 900, seed: int = 0):
+    """Exact 1- and 2-way aggregates of records over a (12 values), b = a // 3, c and d.
+
+    Returns the items, the levels and a sampler over them.
+    """
+    items = FakeDomainItems([12, 4, 3, 3])
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 12, n)
+    codes = np.stack([a, a // 3, rng.integers(0, 3, n), rng.integers(0, 3, n)], axis=1)
+    rows = items.from_codes(codes)
+    counts = {t: c for k in (1, 2) for t, c in tuple_counts(rows, k).items()}
+    levels = levels_from(items, counts)
+    synth = Synthesizer(items, levels, np.zeros(4, dtype=bool), Options(True, 95))
+    return items, levels, synth
+
+
+def test_dependence_reads_mutual_information_from_the_pairs() -> None:
+    items, levels, _ = determined()
+    explained = dependence(items, levels[1])
+
+    def entropy(column: int) -> float:
+        p = levels[0].table.get(np.flatnonzero(items.column == column)).astype(float)
+        p /= p.sum()
+        return float(-(p * np.log(p)).sum())
+
+    assert explained[1, 0] == pytest.approx(1.0)  # a determines b
+    assert explained[0, 1] == pytest.approx(entropy(1) / entropy(0))  # I(a; b) = H(b)
+    assert explained[2, 3] < 0.02  # c and d are independent
+    assert explained[3, 2] < 0.02
+    assert np.all(np.diag(explained) == 0)
+
+
+def test_dependence_equals_the_contingency_tables(fitted: FittedSDS) -> None:
+    items, level = fitted.items, fitted.aggregates.levels[1]
+    pairs = np.zeros((items.count, items.count))
+    pairs[level.rows[:, 0], level.rows[:, 1]] = np.maximum(level.table.values, 0)
+    pairs += pairs.T
+    explained = dependence(items, level)
+    for c in range(items.columns):
+        for a in range(items.columns):
+            block = pairs[np.ix_(items.column == c, items.column == a)]
+            if a == c or block.sum() == 0:
+                continue
+            p = block / block.sum()
+            pc, pa = p.sum(axis=1), p.sum(axis=0)
+            nz = p > 0
+            info = (p[nz] * np.log(p[nz] / np.outer(pc, pa)[nz])).sum()
+            entropy = -(pc[pc > 0] * np.log(pc[pc > 0])).sum()
+            assert explained[c, a] == pytest.approx(info / entropy, abs=1e-9)
+
+
+def test_the_paired_pass_draws_each_value_from_its_anchor() -> None:
+    items, levels, synth = determined()
+    weights = Weights(items, levels, 1.0, True)
+    allowance = weights.single.copy()
+    start = allowance.copy()
+    batch = _Batch.empty(300, items.columns)
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 12, 300)
+    batch.add(np.arange(300), a, np.zeros(300, dtype=np.int64))  # only column a is filled
+    synth._pair_fill(batch, weights, allowance, rng)
+    codes = items.to_codes(batch.record)
+    assert np.all(codes != EMPTY)
+    assert np.array_equal(codes[:, 1], codes[:, 0] // 3)  # b follows its anchor a
+    used = start - allowance
+    assert np.all(used[items.column > 0] <= np.ceil(start[items.column > 0]))
+
+
+def test_without_the_pair_counts_the_same_cells_break_the_dependence() -> None:
+    """The length-1 pass on the same records: b no longer follows a (why the pass exists)."""
+    items, levels, synth = determined()
+    weights = Weights(items, levels, 1.0, True)
+    batch = _Batch.empty(300, items.columns)
+    rng = np.random.default_rng(1)
+    batch.add(np.arange(300), rng.integers(0, 12, 300), np.zeros(300, dtype=np.int64))
+    synth._grow(batch, 1, weights, weights.single.copy(), rng, True)
+    codes = items.to_codes(batch.record)
+    assert np.mean(codes[:, 1] == codes[:, 0] // 3) < 0.5
+
+
+def test_the_paired_pass_can_be_turned_off(fitted: FittedSDS) -> None:
+    nullable = np.array([a.null_code is not None for a in fitted.domain.attributes])
+    off = Synthesizer(fitted.items, fitted.aggregates.levels, nullable, Options(True, 95, False))
+    assert [name for name, *_ in off.stages()] == ["length_3", "length_2", "length_1",
+                                                    "without_allowance"]

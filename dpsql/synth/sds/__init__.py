@@ -33,7 +33,7 @@ from dpsql.synth.sds.aggregates import Aggregates, Level, Settings, aggregate
 from dpsql.synth.sds.synthesis import Options, Synthesizer
 from dpsql.synth.sds.tuples import EMPTY, Items, TupleSpace, TupleTable
 
-VERSION = "2"  # 2: the default length-1 threshold is eta_1 = 1/(domain values)
+VERSION = "3"  # 2: default eta_1 = 1/(domain values); 3: pruning, paired pass, p_2 = 1/2
 
 
 @register("sds")
@@ -49,13 +49,19 @@ class SDS:
     - ``percentile_epsilon_proportion`` (0.01): budget share of those percentiles.
     - ``number_of_records_epsilon_proportion`` (0.005): budget share of the noisy
       record count (unused when the policy makes the row count public).
-    - ``sigma_proportions`` (1, 1, ..., 1): relative noise per length; smaller means
-      more budget for that length (pac-synth's default is 1, 1/2, ..., 1/R).
+    - ``sigma_proportions`` (1, 1/2, 1, ..., 1): relative noise per length; smaller means
+      more budget for that length (rho_k ~ 1/p_k^2; pac-synth's default is 1, 1/2,
+      ..., 1/R). Pairs get four times the share of the other lengths: the relaxed
+      passes of synthesis, and the 2-way tables most analyses read, rest on them.
     - ``threshold_type`` (adaptive) and ``thresholds``: per length, ``fixed`` counts a
       tuple must exceed, or ``adaptive`` eta_k in (0, 1]: a combination absent from
       the data survives with probability about eta_k / 2. Adaptive defaults: eta_1 =
       1 / (number of domain values), so about half a value absent from the data
       survives in all; eta_k = 1 for longer combinations.
+    - ``prune_uncovered`` (true): drop the released k-tuples (k >= 2) that no sub-tuple's
+      count accounts for (see :func:`~dpsql.synth.sds.aggregates.prune_uncovered`).
+    - ``paired_pass`` (true): finish the records the SDS loop leaves open from pair
+      counts before 1-counts (see :mod:`dpsql.synth.sds.synthesis`).
     - ``use_synthetic_counts`` (true): weigh by what remains of each count after the
       records already synthesized.
     - ``weight_selection_percentile`` (95): beyond R attributes, the percentile of the
@@ -69,6 +75,8 @@ class SDS:
     sigma_proportions: tuple[float, ...] | None = None
     threshold_type: str = "adaptive"
     thresholds: tuple[float, ...] | None = None
+    prune_uncovered: bool = True
+    paired_pass: bool = True
     use_synthetic_counts: bool = True
     weight_selection_percentile: int = 95
 
@@ -110,10 +118,10 @@ class SDS:
 
     @property
     def sigmas(self) -> tuple[float, ...]:
-        """The sigma proportions in force (default 1 for every length)."""
+        """The sigma proportions in force (default 1/2 for pairs, 1 for the other lengths)."""
         if self.sigma_proportions is not None:
             return tuple(float(p) for p in self.sigma_proportions)
-        return (1.0,) * self.reporting_length
+        return tuple(0.5 if k == 2 else 1.0 for k in range(1, self.reporting_length + 1))
 
     def levels(self, values: int) -> tuple[float, ...]:
         """The thresholds in force for a domain of ``values`` values (items).
@@ -141,6 +149,8 @@ class SDS:
             "sigma_proportions": list(self.sigmas),
             "threshold_type": self.threshold_type,
             "thresholds": list(self.levels(values)),
+            "prune_uncovered": self.prune_uncovered,
+            "paired_pass": self.paired_pass,
             "use_synthetic_counts": self.use_synthetic_counts,
             "weight_selection_percentile": self.weight_selection_percentile,
         }
@@ -167,7 +177,8 @@ class SDS:
         settings = Settings(self.reporting_length, self.percentile,
                             to_fraction(self.percentile_epsilon_proportion),
                             to_fraction(self.number_of_records_epsilon_proportion),
-                            self.sigmas, self.threshold_type, self.levels(items.count))
+                            self.sigmas, self.threshold_type, self.levels(items.count),
+                            self.prune_uncovered)
         seed = int(rng.integers(0, 2**63 - 1))
         result = aggregate(rows, items, settings, budget, domain.max_rows, domain.public_rows,
                            seed, progress)
@@ -235,7 +246,8 @@ class FittedSDS:
         nullable = np.array([a.null_code is not None for a in self.domain.attributes])
         sampler = Synthesizer(self.items, self.aggregates.levels, nullable,
                               Options(self.config.use_synthetic_counts,
-                                      self.config.weight_selection_percentile))
+                                      self.config.weight_selection_percentile,
+                                      self.config.paired_pass))
         rows, diagnostics = sampler.sample(int(n), self.rows, rng, progress)
         self.diagnostics = diagnostics
         out = {}

@@ -21,16 +21,32 @@ SDS ends a record when no item can be added and leaves its other cells empty.
 With many columns and much noise most records end early (on the 22 ACS
 columns at epsilon 1, after about ten), and an empty cell is wrong where the
 data is never empty. dpsql therefore continues each unfinished record with
-the same loop at reporting length R-1, R-2, ..., 1 (the rules above with
-shorter combinations: a relaxation, reported in the diagnostics); a last pass
-fills the columns that are never empty in the data ignoring the allowances. A
-nullable column still open at the end is empty.
+the same loop at reporting length R-1, ..., 2 (the rules above with shorter
+combinations: a relaxation, reported in the diagnostics), then with the
+*paired pass*, then at length 1; a last pass fills the columns that are never
+empty in the data ignoring the allowances. A nullable column still open at
+the end is empty.
+
+The paired pass. A record still open after length 2 has, in each open column,
+no value whose every pair with the record was released (with count left).
+Drawn from its 1-counts alone (length 1), the value would be independent of
+the record: a record with industry code 170 would get any industry category,
+and the 2-way tables would fill with combinations the data does not have.
+The paired pass fills one open column at a time (in random order) from the
+released counts of its pairs with one filled column, its *anchor*: the filled
+column that explains the largest share of the open column's entropy
+(``I(a; c) / H(c)``, read from the released 2-way counts of the two columns).
+Value v is drawn with weight ``count(anchor value, v)`` times the share of v's
+allowance still unused, so 1-counts stay close to their targets; a cell with
+no positive weight is left to the length-1 pass. It reads released counts
+only: post-processing.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import combinations
 from typing import Any
 
@@ -51,6 +67,7 @@ class Options:
 
     use_synthetic_counts: bool
     weight_selection_percentile: int
+    paired_pass: bool = True
 
 
 class Weights:
@@ -94,6 +111,11 @@ class Weights:
             return self.counts[k - 1][pos]
         return self.counts[k - 1][pos] * self.scale - self.used[k - 1][pos]
 
+    def pair_counts(self, anchors: np.ndarray, cand: np.ndarray) -> np.ndarray:
+        """Released counts of the pairs (anchors[i], cand[j]), 0 where not released."""
+        pairs = np.stack(np.broadcast_arrays(anchors[:, None], cand[None, :]), axis=-1)
+        return self.counts[1][self.positions(np.sort(pairs, axis=-1))]
+
     def finish(self, rows: np.ndarray, checked: np.ndarray) -> int:
         """Count finished records (item rows) into the synthetic counts.
 
@@ -117,6 +139,41 @@ class Weights:
         if self.use_synthetic:
             outside &= checked
         return int(outside.sum())
+
+
+def dependence(items: Items, level: Level) -> np.ndarray:
+    """How much of each column one other column explains, from the released 2-way counts.
+
+    ``out[c, a] = I(a; c) / H(c)`` over the distribution of the released pairs of
+    columns a and c (1 when a determines c, 0 when independent or unreleased).
+    """
+    d = items.columns
+    out = np.zeros((d, d))
+    w = np.maximum(level.table.values.astype(np.float64), 0.0)
+    rows = level.rows[w > 0]
+    w = w[w > 0]
+    if not len(w):
+        return out
+    ca, cb = items.column[rows[:, 0]], items.column[rows[:, 1]]
+    block = ca * d + cb
+    p = w / np.bincount(block, weights=w, minlength=d * d)[block]
+
+    def side(item: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per pair its value's marginal in the block, and per block that side's entropy."""
+        keys, inverse = np.unique(block * items.count + item, return_inverse=True)
+        marginal = np.bincount(inverse, weights=p)
+        entropy = np.bincount(keys // items.count, weights=-marginal * np.log(marginal),
+                              minlength=d * d)
+        return marginal[inverse], entropy
+
+    pa, ha = side(rows[:, 0])
+    pb, hb = side(rows[:, 1])
+    mi = np.bincount(block, weights=p * np.log(p / (pa * pb)), minlength=d * d)
+    seen = np.unique(block)
+    a, b = np.divmod(seen, d)  # released pairs have a < b
+    out[b, a] = np.divide(mi[seen], hb[seen], out=np.zeros(len(seen)), where=hb[seen] > 0)
+    out[a, b] = np.divide(mi[seen], ha[seen], out=np.zeros(len(seen)), where=ha[seen] > 0)
+    return np.clip(out, 0.0, 1.0)
 
 
 def _percentile(top: np.ndarray, count: np.ndarray, q: float, descending: bool) -> np.ndarray:
@@ -266,9 +323,12 @@ class Synthesizer:
             for name, length, quotas, respect_allowance in stages:
                 before = state.size.copy()
                 weights.quotas = quotas
-                self._grow(state, length, weights, allowance, rng, respect_allowance)
+                if name == "paired":
+                    self._pair_fill(state, weights, allowance, rng)
+                else:
+                    self._grow(state, length, weights, allowance, rng, respect_allowance)
                 filled[name] += int((state.size - before).sum())
-                if length < self.length or not respect_allowance:
+                if name == "paired" or length < self.length or not respect_allowance:
                     relaxed |= state.size > before
             outside += weights.finish(state.record, relaxed)
             out[done:done + size] = state.record
@@ -281,12 +341,54 @@ class Synthesizer:
     def stages(self) -> list[tuple[str, int, bool, bool]]:
         """The loop's passes: (name, reporting length, synthetic counts, allowances).
 
-        SDS itself, then the same rules at shorter lengths, then the never-empty
-        columns without allowances.
+        SDS itself, then the same rules at shorter lengths down to 2, the paired
+        pass, length 1, and the never-empty columns without allowances.
         """
         synthetic = self.options.use_synthetic_counts
-        passes = [(f"length_{k}", k, synthetic, True) for k in range(self.length, 0, -1)]
-        return [*passes, ("without_allowance", 1, False, False)]
+        passes = [(f"length_{k}", k, synthetic, True) for k in range(self.length, 1, -1)]
+        if self.options.paired_pass and self.length >= 2:
+            passes.append(("paired", 2, False, True))
+        return [*passes, ("length_1", 1, synthetic, True), ("without_allowance", 1, False, False)]
+
+    @cached_property
+    def _dependence(self) -> np.ndarray:
+        return dependence(self.items, self.levels[1])
+
+    def _pair_fill(self, batch: _Batch, weights: Weights, allowance: np.ndarray,
+                   rng: np.random.Generator) -> None:
+        """The paired pass (module docstring): fill open cells from pair counts with an anchor."""
+        items = self.items
+        n, d = batch.record.shape
+        start = np.maximum(weights.single * weights.scale, 1e-12)  # allowances before synthesis
+        tried = np.zeros((n, d), dtype=bool)
+        while True:
+            open_cells = (batch.record == EMPTY) & ~tried
+            rows = np.flatnonzero(open_cells.any(axis=1))
+            if not len(rows):
+                return
+            column = np.argmax(np.where(open_cells[rows], rng.random((len(rows), d)), -1.0),
+                               axis=1)
+            chosen = np.full(n, EMPTY, dtype=np.int64)
+            for c in np.unique(column):
+                r = rows[column == c]
+                explained = np.where(batch.record[r] != EMPTY, self._dependence[c][None, :], 0.0)
+                anchor = np.argmax(explained, axis=1)
+                has_anchor = explained[np.arange(len(r)), anchor] > 0
+                tried[r[~has_anchor], c] = True
+                r, anchor = r[has_anchor], anchor[has_anchor]
+                cand = np.flatnonzero(items.column == c)
+                w = weights.pair_counts(batch.record[r, anchor], cand)
+                w *= (np.clip(allowance[cand], 0.0, None) / start[cand])[None, :]
+                total = w.sum(axis=1)
+                tried[r[total <= 0], c] = True
+                r, w, total = r[total > 0], w[total > 0], total[total > 0]
+                pick = (np.cumsum(w, axis=1) < (rng.random(len(r)) * total)[:, None]).sum(axis=1)
+                chosen[r] = cand[np.minimum(pick, len(cand) - 1)]
+            wait = _over_allowance(chosen, allowance, rng)
+            grow = np.flatnonzero((chosen != EMPTY) & ~wait)
+            x = chosen[grow]
+            batch.add(grow, x, items.column[x])
+            np.subtract.at(allowance, x, 1)
 
     # ------------------------------------------------------------------ the loop
 
