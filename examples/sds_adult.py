@@ -48,7 +48,10 @@ def main() -> None:
             for step in lengths:
                 print(f"  length {step['length']}: {step['candidates']:>6} candidates, each "
                       f"record keeps <= {step['allowed_sensitivity']:>3}, sigma "
-                      f"{step['sigma']:6.1f}, {step['reported']:>6} reported")
+                      f"{step['sigma']:6.1f}, {step['reported']:>6} reported"
+                      + (f", {step['uncovered']} pruned" if "uncovered" in step else ""))
+            filled = record["diagnostics"]["synthesis"]["cells_filled"]
+            print("  cells filled per pass:", ", ".join(f"{k} {v}" for k, v in filled.items()))
             more = admin.release_more("adult_sds", 2, seed=2)
             print(f"{more.table}: now {more.record['copies']} copies, no budget spent")
 
