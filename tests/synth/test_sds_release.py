@@ -109,3 +109,7 @@ def test_restored_model_samples_the_same_records(store_path: Path) -> None:
     b = restored.sample(300, np.random.default_rng(9))
     assert a.equals(b)
     assert restored.products()["aggregates"].equals(fitted.products()["aggregates"])
+    older = synth.restore({**state, "version": "2"}, domain)  # sampled as it was released
+    older.sample(50, np.random.default_rng(9))
+    assert "paired" not in older.diagnostics["cells_filled"]
+    assert "paired" in restored.diagnostics["cells_filled"]

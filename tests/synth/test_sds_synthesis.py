@@ -21,7 +21,7 @@ from dpsql.synth.sds.synthesis import (
     _percentile,
     dependence,
 )
-from dpsql.synth.sds.tuples import EMPTY
+from dpsql.synth.sds.tuples import EMPTY, Items
 from tests.synth.sds_fixtures import (
     FakeDomainItems,
     levels_from,
@@ -253,44 +253,68 @@ def test_nullable_columns_keep_empty_values(tmp_path) -> None:
 # --------------------------------------------------------------------------- the paired pass
 
 
-def determined(n: int = 900, seed: int = 0):
-    """Exact 1- and 2-way aggregates of records over a (12 values), b = a // 3, c and d.
+A, B, G, C, D = range(5)  # the columns of determined()
+
+
+def determined(n: int = 900, seed: int = 0, drop: set[tuple[int, ...]] | None = None):
+    """Exact 1- and 2-way aggregates of records over a (12 values), b = a // 3, g = b % 2,
+    and independent c and d; ``drop``: pairs (of items) left out.
 
     Returns the items, the levels and a sampler over them.
     """
-    items = FakeDomainItems([12, 4, 3, 3])
+    items = FakeDomainItems([12, 4, 2, 3, 3])
     rng = np.random.default_rng(seed)
     a = rng.integers(0, 12, n)
-    codes = np.stack([a, a // 3, rng.integers(0, 3, n), rng.integers(0, 3, n)], axis=1)
+    codes = np.stack([a, a // 3, a // 3 % 2, rng.integers(0, 3, n), rng.integers(0, 3, n)],
+                     axis=1)
     rows = items.from_codes(codes)
-    counts = {t: c for k in (1, 2) for t, c in tuple_counts(rows, k).items()}
+    counts = {t: c for k in (1, 2) for t, c in tuple_counts(rows, k).items()
+              if t not in (drop or set())}
     levels = levels_from(items, counts)
-    synth = Synthesizer(items, levels, np.zeros(4, dtype=bool), Options(True, 95))
+    synth = Synthesizer(items, levels, np.zeros(5, dtype=bool), Options(True, 95))
     return items, levels, synth
+
+
+def entropy(items: Items, levels: list, column: int) -> float:
+    p = levels[0].table.get(np.flatnonzero(items.column == column)).astype(float)
+    p /= p.sum()
+    return float(-(p * np.log(p)).sum())
 
 
 def test_dependence_reads_mutual_information_from_the_pairs() -> None:
     items, levels, _ = determined()
-    explained = dependence(items, levels[1])
-
-    def entropy(column: int) -> float:
-        p = levels[0].table.get(np.flatnonzero(items.column == column)).astype(float)
-        p /= p.sum()
-        return float(-(p * np.log(p)).sum())
-
-    assert explained[1, 0] == pytest.approx(1.0)  # a determines b
-    assert explained[0, 1] == pytest.approx(entropy(1) / entropy(0))  # I(a; b) = H(b)
-    assert explained[2, 3] < 0.02  # c and d are independent
-    assert explained[3, 2] < 0.02
+    explained = dependence(items, levels)
+    assert explained[B, A] == pytest.approx(1.0)  # a determines b
+    assert explained[A, B] == pytest.approx(entropy(items, levels, B) / entropy(items, levels, A))
+    assert explained[G, B] == pytest.approx(1.0)  # I(b; g) = H(g)
+    assert explained[B, G] == pytest.approx(entropy(items, levels, G) / entropy(items, levels, B))
+    assert explained[C, D] < 0.02  # c and d are independent
+    assert explained[D, C] < 0.02
     assert np.all(np.diag(explained) == 0)
 
 
+def test_a_table_thresholds_thinned_out_does_not_pass_for_a_determination() -> None:
+    """Keep (a, c) pairs only for a < 4, c = a % 3: alone, those pairs make c a function
+    of a; they hold about a ninth of the records, and the score says so."""
+    items, levels, _ = determined()
+    pairs = {tuple(t) for t in levels[1].rows.tolist()}
+    a_c = {t for t in pairs if items.column[t[0]] == A and items.column[t[1]] == C}
+    keep = {(x, int(items.offsets[C]) + x % 3) for x in range(4)} & a_c
+    items, levels, _ = determined(drop=a_c - keep)
+    explained = dependence(items, levels)
+    held = sum(int(levels[1].table.get(levels[1].table.space.item_keys(items, np.array([t])))[0])
+               for t in keep)
+    assert explained[C, A] == pytest.approx(held / 900)  # the information share is 1
+    assert explained[C, A] < 0.2
+
+
 def test_dependence_equals_the_contingency_tables(fitted: FittedSDS) -> None:
-    items, level = fitted.items, fitted.aggregates.levels[1]
+    items, levels = fitted.items, fitted.aggregates.levels
     pairs = np.zeros((items.count, items.count))
-    pairs[level.rows[:, 0], level.rows[:, 1]] = np.maximum(level.table.values, 0)
+    pairs[levels[1].rows[:, 0], levels[1].rows[:, 1]] = np.maximum(levels[1].table.values, 0)
     pairs += pairs.T
-    explained = dependence(items, level)
+    ones = np.maximum(levels[0].table.get(np.arange(items.count)), 0)
+    explained = dependence(items, levels)
     for c in range(items.columns):
         for a in range(items.columns):
             block = pairs[np.ix_(items.column == c, items.column == a)]
@@ -301,36 +325,79 @@ def test_dependence_equals_the_contingency_tables(fitted: FittedSDS) -> None:
             nz = p > 0
             info = (p[nz] * np.log(p[nz] / np.outer(pc, pa)[nz])).sum()
             entropy = -(pc[pc > 0] * np.log(pc[pc > 0])).sum()
-            assert explained[c, a] == pytest.approx(info / entropy, abs=1e-9)
+            share = min(1.0, block.sum() / min(ones[items.column == c].sum(),
+                                               ones[items.column == a].sum()))
+            assert explained[c, a] == pytest.approx(share * info / entropy, abs=1e-9)
 
 
-def test_the_paired_pass_draws_each_value_from_its_anchor() -> None:
+def half_filled(items: Items, n: int, rng: np.random.Generator) -> _Batch:
+    """Records with a and g filled (consistently) and b, c, d open."""
+    batch = _Batch.empty(n, items.columns)
+    a = rng.integers(0, 12, n)
+    batch.add(np.arange(n), items.offsets[A] + a, np.full(n, A))
+    batch.add(np.arange(n), items.offsets[G] + a // 3 % 2, np.full(n, G))
+    return batch
+
+
+@pytest.mark.parametrize("dense", [True, False])
+def test_the_paired_pass_draws_each_value_from_its_best_anchor(monkeypatch, dense: bool) -> None:
+    """b is explained fully by a, half by g: drawn with a, it always matches a // 3."""
+    if not dense:
+        monkeypatch.setattr("dpsql.synth.sds.synthesis.DENSE_PAIRS", 0)
     items, levels, synth = determined()
     weights = Weights(items, levels, 1.0, True)
+    assert (weights._pairs is not None) == dense
     allowance = weights.single.copy()
     start = allowance.copy()
-    batch = _Batch.empty(300, items.columns)
     rng = np.random.default_rng(1)
-    a = rng.integers(0, 12, 300)
-    batch.add(np.arange(300), a, np.zeros(300, dtype=np.int64))  # only column a is filled
+    batch = half_filled(items, 300, rng)
     synth._pair_fill(batch, weights, allowance, rng)
     codes = items.to_codes(batch.record)
     assert np.all(codes != EMPTY)
-    assert np.array_equal(codes[:, 1], codes[:, 0] // 3)  # b follows its anchor a
+    assert np.array_equal(codes[:, B], codes[:, A] // 3)  # with g as anchor: half would not
     used = start - allowance
-    assert np.all(used[items.column > 0] <= np.ceil(start[items.column > 0]))
+    assert np.all(used[items.column != A] <= np.ceil(start[items.column != A]))
+
+
+def test_a_cell_its_anchor_cannot_fill_is_left_to_length_1() -> None:
+    """Drop every pair of a = 0 with b: records with a = 0 keep b open; the others fill it."""
+    items, _, _ = determined()
+    drop = {(0, int(items.offsets[B]) + v) for v in range(4)}
+    items, levels, synth = determined(drop=drop)
+    weights = Weights(items, levels, 1.0, True)
+    rng = np.random.default_rng(2)
+    batch = half_filled(items, 400, rng)
+    synth._pair_fill(batch, weights, weights.single.copy(), rng)
+    codes = items.to_codes(batch.record)
+    zero = codes[:, A] == 0
+    assert zero.sum() > 10
+    assert np.all(codes[zero, B] == EMPTY)
+    assert np.all(codes[zero][:, [C, D]] != EMPTY)  # their other cells are filled
+    assert np.array_equal(codes[~zero, B], codes[~zero, A] // 3)
+
+
+def test_a_value_out_of_allowance_is_not_drawn() -> None:
+    items, levels, synth = determined()
+    weights = Weights(items, levels, 1.0, True)
+    allowance = weights.single.copy()
+    allowance[items.offsets[C]] = 0  # c = 0 is used up
+    rng = np.random.default_rng(3)
+    batch = half_filled(items, 300, rng)
+    synth._pair_fill(batch, weights, allowance, rng)
+    codes = items.to_codes(batch.record)
+    assert np.all(codes[:, C] != EMPTY)
+    assert not np.any(codes[:, C] == 0)
 
 
 def test_without_the_pair_counts_the_same_cells_break_the_dependence() -> None:
     """The length-1 pass on the same records: b no longer follows a (why the pass exists)."""
     items, levels, synth = determined()
     weights = Weights(items, levels, 1.0, True)
-    batch = _Batch.empty(300, items.columns)
     rng = np.random.default_rng(1)
-    batch.add(np.arange(300), rng.integers(0, 12, 300), np.zeros(300, dtype=np.int64))
+    batch = half_filled(items, 300, rng)
     synth._grow(batch, 1, weights, weights.single.copy(), rng, True)
     codes = items.to_codes(batch.record)
-    assert np.mean(codes[:, 1] == codes[:, 0] // 3) < 0.5
+    assert np.mean(codes[:, B] == codes[:, A] // 3) < 0.5
 
 
 def test_the_paired_pass_can_be_turned_off(fitted: FittedSDS) -> None:

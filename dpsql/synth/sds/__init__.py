@@ -16,7 +16,7 @@ Method: Microsoft, Synthetic Data Showcase, "DP aggregates and synthesis".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
@@ -205,7 +205,10 @@ class SDS:
         except (KeyError, ValueError, TypeError, IndexError, ConfigurationError) as err:
             raise ReleaseError("the stored state does not fit this release's domain (was the "
                                "policy's domain changed?); release again instead") from err
-        return FittedSDS(self, domain, items, aggregates)
+        config = self
+        if str(state.get("version")) in ("1", "2"):  # its first copies had no paired pass
+            config = replace(self, paired_pass=False)
+        return FittedSDS(config, domain, items, aggregates)
 
 
 def _encoded(source: duckdb.DuckDBPyRelation, domain: Domain) -> np.ndarray:

@@ -55,8 +55,9 @@ values seen in the data, so SDS's delta-threshold on 1-counts is not needed.
    to the samplers' grids, and each cost is recomputed from the scale actually
    used and rounded up, so the reported ``spent`` is the true cost and never
    exceeds the budget.
-5. Thresholds, propagation of filtered tuples, normalization and synthesis
-   only read DP outputs: post-processing.
+5. Thresholds, propagation of filtered tuples, normalization, pruning
+   (:func:`prune_uncovered`) and synthesis only read DP outputs:
+   post-processing.
 
 Adaptive thresholds follow SDS: ``tau_k = std_k Phi^{-1}(1 - eta_k / 2)``, so a
 fabricated tuple (true count 0) survives with probability about ``eta_k / 2``;
@@ -382,32 +383,37 @@ def prune_uncovered(levels: list[Level], items: Items) -> list[int]:
 
     The records holding a (k-1)-tuple u and a value in column c split u's count
     among u's extensions into c, so those extensions' true counts sum to at
-    most count(u). Ranked by noisy count, the extensions that come after
-    others already summing to count(u) are the likeliest to be noise: a tuple
-    is *covered* by u when the extensions ranked above it sum to less than
-    count(u). A tuple is kept when at least one of its sub-tuples covers it,
-    and a longer tuple is dropped with any sub-tuple dropped before it.
-    Post-processing of the noisy counts only. Returns the number dropped per
-    length from 2 on.
+    most count(u) (exactly so without contribution bounding; the noise and the
+    per-length bounds make it approximate). Ranked by noisy count, the
+    extensions that come after others already summing to count(u) are the
+    likeliest to be noise: a tuple is *covered* by u when the extensions with a
+    larger count sum to less than count(u) (ties rank together). A tuple is
+    kept when at least one of its sub-tuples covers it; a longer tuple is
+    dropped with any sub-tuple dropped before it, and counts toward no
+    sibling's sum. Post-processing of the noisy counts only. Returns the number
+    dropped per length from 2 on.
     """
     dropped = []
     for at in range(1, len(levels)):
         prev, level = levels[at - 1], levels[at]
         k, rows, values = level.k, level.rows, level.table.values
+        subs = [prev.table.find(prev.table.space.item_keys(items, np.delete(rows, j, axis=1)))
+                for j in range(k)]
+        present = np.all(np.stack(subs) >= 0, axis=0)
+        counted = np.where(present, values, 0)
         covered = np.zeros(len(rows), dtype=bool)
-        present = np.ones(len(rows), dtype=bool)
-        for j in range(k):
-            sub = prev.table.find(prev.table.space.item_keys(items, np.delete(rows, j, axis=1)))
-            present &= sub >= 0
+        for j, sub in enumerate(subs):
             column = items.column[rows[:, j]]
             order = np.lexsort((-values, column, sub))
+            group, ranked = (sub[order], column[order]), values[order]
             group_start = np.ones(len(order), dtype=bool)
-            group_start[1:] = ((sub[order][1:] != sub[order][:-1])
-                               | (column[order][1:] != column[order][:-1]))
-            total = np.cumsum(values[order])
-            start = np.flatnonzero(group_start)
-            offset = np.append(0, total)[start][np.cumsum(group_start) - 1]
-            above = total - values[order] - offset  # extensions ranked above, same group
+            group_start[1:] = (group[0][1:] != group[0][:-1]) | (group[1][1:] != group[1][:-1])
+            tie_start = group_start.copy()
+            tie_start[1:] |= ranked[1:] != ranked[:-1]
+            total = np.cumsum(counted[order])
+            offset = np.append(0, total)[np.flatnonzero(group_start)][np.cumsum(group_start) - 1]
+            before = total - counted[order] - offset  # same group, ranked before
+            above = before[np.flatnonzero(tie_start)][np.cumsum(tie_start) - 1]
             parent = np.append(prev.table.values, 0)[sub[order]]
             covered[order] |= above < parent
         keep = covered & present

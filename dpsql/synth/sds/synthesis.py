@@ -32,14 +32,16 @@ no value whose every pair with the record was released (with count left).
 Drawn from its 1-counts alone (length 1), the value would be independent of
 the record: a record with industry code 170 would get any industry category,
 and the 2-way tables would fill with combinations the data does not have.
-The paired pass fills one open column at a time (in random order) from the
-released counts of its pairs with one filled column, its *anchor*: the filled
-column that explains the largest share of the open column's entropy
-(``I(a; c) / H(c)``, read from the released 2-way counts of the two columns).
-Value v is drawn with weight ``count(anchor value, v)`` times the share of v's
-allowance still unused, so 1-counts stay close to their targets; a cell with
-no positive weight is left to the length-1 pass. It reads released counts
-only: post-processing.
+(A record can also be open because allowances ran out.) The paired pass fills
+one open column at a time (in random order) from the released counts of its
+pairs with one filled column, its *anchor*: the filled column that explains
+the largest share of the open column's entropy (``I(a; c) / H(c)`` over the
+released 2-way counts of the two columns, times the share of the records those
+pairs hold; see :func:`dependence`). Value v is drawn with weight
+``count(anchor value, v)`` times the share of v's allowance still unused, so
+1-counts stay close to their targets. A cell with no positive weight is tried
+again once its record gains a value, and otherwise left to the length-1 pass.
+It reads released counts only: post-processing.
 """
 
 from __future__ import annotations
@@ -141,14 +143,17 @@ class Weights:
         return int(outside.sum())
 
 
-def dependence(items: Items, level: Level) -> np.ndarray:
-    """How much of each column one other column explains, from the released 2-way counts.
+def dependence(items: Items, levels: list[Level]) -> np.ndarray:
+    """How much of each column one other column explains, from the released counts.
 
     ``out[c, a] = I(a; c) / H(c)`` over the distribution of the released pairs of
-    columns a and c (1 when a determines c, 0 when independent or unreleased).
+    columns a and c (1 when a determines c), times the share of the smaller
+    column's 1-counts that those pairs hold. Without that share a table that
+    thresholds left with one pair per value would look like a determination.
     """
     d = items.columns
     out = np.zeros((d, d))
+    level = levels[1]
     w = np.maximum(level.table.values.astype(np.float64), 0.0)
     rows = level.rows[w > 0]
     w = w[w > 0]
@@ -171,8 +176,14 @@ def dependence(items: Items, level: Level) -> np.ndarray:
     mi = np.bincount(block, weights=p * np.log(p / (pa * pb)), minlength=d * d)
     seen = np.unique(block)
     a, b = np.divmod(seen, d)  # released pairs have a < b
-    out[b, a] = np.divide(mi[seen], hb[seen], out=np.zeros(len(seen)), where=hb[seen] > 0)
-    out[a, b] = np.divide(mi[seen], ha[seen], out=np.zeros(len(seen)), where=ha[seen] > 0)
+    ones = np.maximum(levels[0].table.get(np.arange(items.count)).astype(np.float64), 0.0)
+    mass = np.bincount(items.column, weights=ones, minlength=d)
+    held = np.bincount(block, weights=w, minlength=d * d)[seen]
+    share = np.divide(held, np.minimum(mass[a], mass[b]), out=np.zeros(len(seen)),
+                      where=np.minimum(mass[a], mass[b]) > 0)
+    share = np.clip(share, 0.0, 1.0)
+    out[b, a] = share * np.divide(mi[seen], hb[seen], out=np.zeros(len(seen)), where=hb[seen] > 0)
+    out[a, b] = share * np.divide(mi[seen], ha[seen], out=np.zeros(len(seen)), where=ha[seen] > 0)
     return np.clip(out, 0.0, 1.0)
 
 
@@ -352,7 +363,7 @@ class Synthesizer:
 
     @cached_property
     def _dependence(self) -> np.ndarray:
-        return dependence(self.items, self.levels[1])
+        return dependence(self.items, self.levels)
 
     def _pair_fill(self, batch: _Batch, weights: Weights, allowance: np.ndarray,
                    rng: np.random.Generator) -> None:
@@ -371,24 +382,32 @@ class Synthesizer:
             chosen = np.full(n, EMPTY, dtype=np.int64)
             for c in np.unique(column):
                 r = rows[column == c]
-                explained = np.where(batch.record[r] != EMPTY, self._dependence[c][None, :], 0.0)
-                anchor = np.argmax(explained, axis=1)
-                has_anchor = explained[np.arange(len(r)), anchor] > 0
-                tried[r[~has_anchor], c] = True
-                r, anchor = r[has_anchor], anchor[has_anchor]
-                cand = np.flatnonzero(items.column == c)
-                w = weights.pair_counts(batch.record[r, anchor], cand)
-                w *= (np.clip(allowance[cand], 0.0, None) / start[cand])[None, :]
-                total = w.sum(axis=1)
-                tried[r[total <= 0], c] = True
-                r, w, total = r[total > 0], w[total > 0], total[total > 0]
-                pick = (np.cumsum(w, axis=1) < (rng.random(len(r)) * total)[:, None]).sum(axis=1)
-                chosen[r] = cand[np.minimum(pick, len(cand) - 1)]
+                chosen[r] = self._draw_paired(batch.record[r], c, weights, allowance / start, rng)
+                tried[r[chosen[r] == EMPTY], c] = True
             wait = _over_allowance(chosen, allowance, rng)
             grow = np.flatnonzero((chosen != EMPTY) & ~wait)
             x = chosen[grow]
             batch.add(grow, x, items.column[x])
             np.subtract.at(allowance, x, 1)
+            tried[grow] = False  # a new value may anchor a cell that had none
+
+    def _draw_paired(self, records: np.ndarray, c: int, weights: Weights, unused: np.ndarray,
+                     rng: np.random.Generator) -> np.ndarray:
+        """One value of column ``c`` per record, drawn with its anchor (EMPTY when none can).
+
+        ``unused``: each item's share of its allowance still unused.
+        """
+        cand = np.flatnonzero(self.items.column == c)
+        explained = np.where(records != EMPTY, self._dependence[c][None, :], 0.0)
+        anchor = np.argmax(explained, axis=1)
+        todo = np.flatnonzero(explained[np.arange(len(records)), anchor] > 0)
+        w = weights.pair_counts(records[todo, anchor[todo]], cand)
+        cum = np.cumsum(w * np.clip(unused[cand], 0.0, None)[None, :], axis=1)
+        ok = cum[:, -1] > 0
+        pick = (cum < (rng.random(len(todo)) * cum[:, -1])[:, None]).sum(axis=1)
+        out = np.full(len(records), EMPTY, dtype=np.int64)
+        out[todo[ok]] = cand[pick[ok]]
+        return out
 
     # ------------------------------------------------------------------ the loop
 
