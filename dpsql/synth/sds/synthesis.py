@@ -380,9 +380,10 @@ class Synthesizer:
             column = np.argmax(np.where(open_cells[rows], rng.random((len(rows), d)), -1.0),
                                axis=1)
             chosen = np.full(n, EMPTY, dtype=np.int64)
+            unused = allowance / start
             for c in np.unique(column):
                 r = rows[column == c]
-                chosen[r] = self._draw_paired(batch.record[r], c, weights, allowance / start, rng)
+                chosen[r] = self._draw_paired(batch.record[r], c, weights, unused, rng)
                 tried[r[chosen[r] == EMPTY], c] = True
             wait = _over_allowance(chosen, allowance, rng)
             grow = np.flatnonzero((chosen != EMPTY) & ~wait)
