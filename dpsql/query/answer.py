@@ -7,9 +7,10 @@ validate -> plan (or reuse the user's plan of the same text,
 :mod:`dpsql.query.plancache`) -> calibrate noise (refusals cost nothing) -> cache lookup ->
 **charge** -> run the generated SQL -> expand the public keys -> add noise ->
 store the noisy measures -> post-process. The ledger charges before any
-private value is computed; while the charge commits, a helper thread binds
-the generated SQL, and another draws the noise while the query runs (neither
-reads a private value). A failure after the charge keeps the charge and
+private value is computed; while the charge commits, a helper thread checks
+that a kept plan's table still has its column types and binds the generated
+SQL, and another draws the noise while the query runs (neither reads a
+private value). A failure after the charge keeps the charge and
 records a reason that does not depend on the data.
 """
 
@@ -139,8 +140,8 @@ def _statement(call: _Call, text: str) -> Answer:
     session = call.session
     try:
         entry = _reused(call, text)
-        if entry is not None:  # planned before: a DP query (same text, policy and schema)
-            return _dp(call, entry, text)
+        if entry is not None:  # planned before: a DP query (same text and policy)
+            return _dp(call, entry, text, checked=False)
         statement = classify(text)
         if isinstance(statement, SetStatement):
             set_option(session.options, statement.name, statement.value)
@@ -202,7 +203,7 @@ def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
         return Answer(table, "budget", call.zero, status=f"SELECT {table.num_rows}")
     if reads_released(ast) or ast.find(exp.From) is None:
         return _released(call, ast, text)
-    return _dp(call, _planned(call, ast, text), text)
+    return _dp(call, _planned(call, ast, text), text, checked=True)
 
 
 def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
@@ -254,11 +255,34 @@ def _planned(call: _Call, ast: exp.Expr, text: str) -> Entry:
 
 
 def _reused(call: _Call, text: str) -> Entry | None:
-    """The plan of the user's ``text`` made under this policy, if its table kept its types."""
-    entry = plans_of(call.session.store).get(call.user, text, call.policy.fingerprint)
-    if entry is None or _column_types(call, entry.plan.dataset) != entry.types:
-        return None
-    return entry
+    """The plan of the user's ``text`` made under this policy, if kept.
+
+    Its table's column types are compared with the plan's in the statement's
+    snapshot later: on a helper while the charge commits, or before a cached
+    answer is served (:func:`_dp`).
+    """
+    return plans_of(call.session.store).get(call.user, text, call.policy.fingerprint)
+
+
+class _TableChanged(Exception):
+    """A kept plan's table no longer has the column types the plan was made for."""
+
+
+def _parsed_again(call: _Call, text: str) -> exp.Expr:
+    """Forget the stale kept plan of ``text`` and parse the text again."""
+    plans_of(call.session.store).drop(call.user, text, call.policy.fingerprint)
+    statement = classify(text)
+    assert isinstance(statement, QueryStatement)  # it was planned as a DP query before
+    return statement.ast
+
+
+def _again(call: _Call, text: str) -> Answer:
+    """Plan ``text`` anew (its kept plan is stale) and answer it."""
+    return _query(call, _parsed_again(call, text), text)
+
+
+def _same_types(call: _Call, entry: Entry) -> bool:
+    return _column_types(call, entry.plan.dataset) == entry.types
 
 
 def _column_types(call: _Call, dataset: Dataset) -> dict[str, str]:
@@ -279,13 +303,17 @@ def _prepare(call: _Call, entry: Entry) -> _Prepared:
     return _Prepared(entry, cost, noises, key, ctx)
 
 
-def _bind(call: _Call, prepared: _Prepared) -> Prepared:
+def _bind(call: _Call, prepared: _Prepared, types: Mapping[str, str] | None = None) -> Prepared:
     """Generate the SQL and bind it without reading data (before the charge ends).
 
     Only a query the cache cannot answer gets here, so only it reads the bounds
-    the database enforces (they decide which columns are clamped).
+    the database enforces (they decide which columns are clamped). With
+    ``types`` (a kept plan's), the table's column types are read first and must
+    match, or :class:`_TableChanged` is raised.
     """
     plan = prepared.plan
+    if types is not None and _column_types(call, plan.dataset) != types:
+        raise _TableChanged
     clamped = clamped_columns(plan)
     enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
                 if c in clamped} if clamped else {}
@@ -298,12 +326,25 @@ def _bind(call: _Call, prepared: _Prepared) -> Prepared:
                             "bug in dpsql, please report it with your query") from err
 
 
-def _dp(call: _Call, entry: Entry, text: str) -> Answer:
-    prepared = _prepare(call, entry)
+def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
+    """Answer a DP query from its plan; ``checked``: the plan's types were read in this snapshot.
+
+    A kept plan (not ``checked``) is priced and charged while a helper reads its
+    table's types; if they changed, the text is planned again (after the charge,
+    under the same charge: the price depends on the options, not the types).
+    """
+    try:
+        prepared = _prepare(call, entry)
+    except (QueryRejected, ConfigurationError):
+        if checked or _same_types(call, entry):
+            raise
+        return _again(call, text)
     plan, store, policy = prepared.plan, call.session.store, call.policy
     dataset = plan.dataset.name
     stored = cache.lookup(store, prepared.key)
     if stored is not None:
+        if not checked and not _same_types(call, entry):
+            return _again(call, text)
         audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
                                    reason=f"same measurement as request {stored.audit_id}")
         remaining = call.ledger.budget(call.user, dataset).remaining
@@ -312,7 +353,8 @@ def _dp(call: _Call, entry: Entry, text: str) -> Answer:
                   f"{meta.both_units(remaining, policy.delta, budget=True)}")
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
-    bound = _helpers().submit(_bind, call, prepared)  # while the charge commits
+    bound = _helpers().submit(_bind, call, prepared,  # while the charge commits
+                              None if checked else entry.types)
     try:
         return _charged(call, entry, prepared, bound, text)
     finally:
@@ -327,15 +369,23 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Futu
     database releases the GIL as it aggregates, while during the charge a
     Python draw would delay the commit's own Python steps.
     """
-    plan, store, policy = prepared.plan, call.session.store, call.policy
-    dataset = plan.dataset.name
+    store, policy = call.session.store, call.policy
+    dataset = prepared.plan.dataset.name
     if not entry.bound:  # a plan's first SQL binds before the charge: a dpsql bug costs nothing
-        bound.result()
+        try:
+            bound.result()
+        except _TableChanged:
+            return _again(call, text)
         entry.bound = True
     charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
     try:
+        try:
+            query = bound.result()
+        except _TableChanged:
+            entry, prepared, query = _planned_again(call, text, prepared.cost)
+        plan = prepared.plan
         drawn = _helpers().submit(_draw, call, prepared, charge.remaining)
-        result = bound.result().run()
+        result = query.run()
         draws, notice = drawn.result()
         dense = expand_public_keys(plan, result)
         noisy = [d + z for d, z in zip(dense, draws, strict=True)]
@@ -351,6 +401,28 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Futu
                             "please report it with your query") from None
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
                    notice, False, charge.id)
+
+
+def _planned_again(call: _Call, text: str,
+                   cost: PrivacyCost) -> tuple[Entry, _Prepared, Prepared]:
+    """Plan ``text`` again after its table changed, to run under the charge ``cost`` made.
+
+    The new plan is priced like the old one (the price depends on the options
+    only); one that is refused now leaves the charge standing.
+    """
+    ast = _parsed_again(call, text)
+    try:
+        entry = _planned(call, ast, text)
+        prepared = _prepare(call, entry)
+    except QueryRejected as err:
+        raise QueryRejected(f"the table changed after this query was charged, and the "
+                            f"charge stands: {err}", construct=err.construct) from None
+    if prepared.cost != cost:
+        raise InternalError("a query planned again after its table changed was priced "
+                            "differently; this is a bug in dpsql, please report it")
+    query = _bind(call, prepared)
+    entry.bound = True
+    return entry, prepared, query
 
 
 def _draw(call: _Call, prepared: _Prepared,

@@ -4,12 +4,12 @@ Like a database's prepared-statement cache: the first time a user sends a text
 it is parsed, validated against the policy and planned; later arrivals from the
 same user under the same policy (fingerprint) reuse that plan while the
 dataset's table still has the column types it was planned with (read again on
-every query). Plans are per user, so how fast a text is answered says nothing
-of what other users asked. The generated
-SQL of a plan is kept on the entry per context (exact or noisy grid, bounds the
-database enforces), so the engine sees the same query object and can reuse its
-rendering. Nothing here depends on data: plans are built from the text, the
-policy and the schema.
+every query, while the charge commits: see :func:`dpsql.query.answer._dp`).
+Plans are per user, so how fast a text is answered says nothing of what other
+users asked. The generated SQL of a plan is kept on the entry per context
+(exact or noisy grid, bounds the database enforces), so the engine sees the
+same query object and can reuse its rendering. Nothing here depends on data:
+plans are built from the text, the policy and the schema.
 """
 
 from __future__ import annotations
@@ -67,6 +67,11 @@ class PlanCache:
             if entry is not None:
                 self._entries.move_to_end(key)
             return entry
+
+    def drop(self, user: str, text: str, fingerprint: str) -> None:
+        """Forget ``user``'s ``text`` under ``fingerprint`` (its table changed)."""
+        with self._lock:
+            self._entries.pop((user, text, fingerprint), None)
 
     def put(self, user: str, text: str, fingerprint: str, entry: Entry) -> None:
         """Keep ``entry`` (dropping the least recently used beyond ``CAPACITY``)."""

@@ -12,9 +12,10 @@ from dpsql.query import answer as answer_module
 from dpsql.query.answer import Answer
 from tests.conftest import ADULT_POLICY
 
-from .conftest import INFINITE, apply_adult_bounds, plain, with_budgets
+from .conftest import INFINITE, apply_adult_bounds, charges, plain, with_budgets
 
 SQL = "SELECT sex, SUM(capital_gain) AS s FROM adult GROUP BY sex"
+NOT_NUMERIC = r"^column 'capital_gain' is not numeric"  # planned again: refused as new
 
 
 @pytest.fixture
@@ -70,6 +71,83 @@ def test_changed_column_types_plan_again(build: Callable[..., Path],
                               "GROUP BY sex ORDER BY sex")
     assert plannings == [SQL, SQL]
     assert _rows(answer) == expected  # halves: exact on the grid
+
+
+def _retype(session: dpsql.Session, cast: str) -> None:
+    """An administrator rebuilds the adult table with capital_gain as ``cast``."""
+    with session.store.transaction() as cur:
+        cur.execute("CREATE OR REPLACE TABLE main.adult AS SELECT * REPLACE "
+                    f"({cast} AS capital_gain) FROM main.adult")
+
+
+def test_a_kept_plan_whose_table_changed_is_planned_again_under_its_charge(
+        build: Callable[..., Path], plannings: list[str]) -> None:
+    # The kept plan is charged while a helper reads the types; they changed, so the
+    # text is planned again and answered under that one charge.
+    path = build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    with dpsql.connect(path, "alice") as alice:
+        alice.sql(SQL)
+        _retype(alice, "CAST(capital_gain AS DOUBLE) + 0.5")
+        alice.sql("SET dpsql.epsilon = 1e6")  # a new measurement: noise sd about 1e-4
+        before = charges(alice)
+        answer = alice.sql(SQL)
+        assert charges(alice) == before + 1
+        expected = plain(alice, "SELECT sex, SUM(least(capital_gain, 99)) FROM adult "
+                                "GROUP BY sex ORDER BY sex")
+        assert alice.audit(last=1)[0]["outcome"] == "answered"
+    assert plannings == [SQL, SQL]
+    assert not answer.cached
+    got = _rows(answer)
+    assert [k for k, _ in got] == [k for k, _ in expected]
+    assert all(abs(g - e) < 0.5 for (_, g), (_, e) in zip(got, expected, strict=True))
+
+
+def test_a_kept_plan_that_no_longer_plans_leaves_its_charge(
+        build: Callable[..., Path], plannings: list[str]) -> None:
+    path = build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    with dpsql.connect(path, "alice") as alice:
+        alice.sql(SQL)
+        _retype(alice, "CAST(capital_gain AS VARCHAR)")
+        alice.sql("SET dpsql.epsilon = 1")
+        before = charges(alice)
+        with pytest.raises(dpsql.QueryRejected, match="changed after this query was charged, "
+                                                      "and the charge stands: column "
+                                                      "'capital_gain' is not numeric"):
+            alice.sql(SQL)
+        assert charges(alice) == before + 1  # the charge committed before the types were read
+        with pytest.raises(dpsql.QueryRejected, match=NOT_NUMERIC):
+            alice.sql(SQL)  # the stale plan is gone: refused before any charge
+        assert charges(alice) == before + 1
+    assert plannings == [SQL, SQL, SQL]
+
+
+def test_a_kept_plan_never_bound_is_checked_before_its_charge(
+        build: Callable[..., Path], plannings: list[str]) -> None:
+    # No default cost: the first send is refused after planning, so its SQL never bound.
+    path = build(with_budgets(ADULT_POLICY, budget=INFINITE))
+    with dpsql.connect(path, "alice") as alice:
+        with pytest.raises(dpsql.QueryRejected, match="no default query cost"):
+            alice.sql(SQL)
+        _retype(alice, "CAST(capital_gain AS VARCHAR)")
+        alice.sql("SET dpsql.epsilon = 1")
+        before = charges(alice)
+        with pytest.raises(dpsql.QueryRejected, match=NOT_NUMERIC):
+            alice.sql(SQL)
+        assert charges(alice) == before  # found before the charge: it costs nothing
+    assert plannings == [SQL, SQL]
+
+
+def test_a_kept_plan_is_checked_before_a_cached_answer_is_served(
+        build: Callable[..., Path], plannings: list[str]) -> None:
+    path = build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    with dpsql.connect(path, "alice") as alice:
+        alice.sql(SQL)
+        _retype(alice, "CAST(capital_gain AS VARCHAR)")
+        before = charges(alice)
+        with pytest.raises(dpsql.QueryRejected, match=NOT_NUMERIC):
+            alice.sql(SQL)  # same cost: the cache would answer, but the plan is stale
+        assert charges(alice) == before
+    assert plannings == [SQL, SQL]
 
 
 def test_rejections_are_never_kept(adult: dpsql.Session, plannings: list[str]) -> None:
