@@ -44,6 +44,7 @@ class QueryRejected(DPSQLError):
         column: int | None = None,
         advice: str | None = None,
     ) -> None:
+        self.message = message
         self.construct = construct
         self.line = line
         self.column = column

@@ -4,7 +4,8 @@
 ``SHOW dpsql.budget`` and ``SELECT * FROM dpsql_budget()``, ``EXPLAIN PRIVACY``
 and read-only queries over ``released.*`` tables. A DP query goes: parse and
 validate -> plan (or reuse the user's plan of the same text,
-:mod:`dpsql.query.plancache`) -> calibrate noise (refusals cost nothing) -> cache lookup ->
+:mod:`dpsql.query.plancache`) -> calibrate noise (refusals cost nothing, but for
+a kept plan whose table changed under it) -> cache lookup ->
 **charge** -> run the generated SQL -> expand the public keys -> add noise ->
 store the noisy measures -> post-process. The ledger charges before any
 private value is computed; while the charge commits, a helper thread checks
@@ -160,8 +161,9 @@ def _statement(call: _Call, text: str) -> Answer:
                              advice="EXPLAIN PRIVACY SELECT COUNT(*) FROM <dataset> ...")
             return _explain(call, inner.ast, statement.text, text)
         return _query(call, statement.ast, text)
-    except (QueryRejected, ConfigurationError) as err:  # refused before any charge
-        call.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
+    except (QueryRejected, ConfigurationError) as err:
+        if not isinstance(err, _RefusedAfterCharge):  # that one closed its charge
+            call.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
         raise
 
 
@@ -268,6 +270,10 @@ class _TableChanged(Exception):
     """A kept plan's table no longer has the column types the plan was made for."""
 
 
+class _RefusedAfterCharge(QueryRejected):
+    """A kept plan's text no longer plans, found after its charge (which stands)."""
+
+
 def _parsed_again(call: _Call, text: str) -> exp.Expr:
     """Forget the stale kept plan of ``text`` and parse the text again."""
     plans_of(call.session.store).drop(call.user, text, call.policy.fingerprint)
@@ -304,16 +310,22 @@ def _prepare(call: _Call, entry: Entry) -> _Prepared:
 
 
 def _bind(call: _Call, prepared: _Prepared, types: Mapping[str, str] | None = None) -> Prepared:
-    """Generate the SQL and bind it without reading data (before the charge ends).
+    """Generate the SQL and bind it without reading data.
 
     Only a query the cache cannot answer gets here, so only it reads the bounds
     the database enforces (they decide which columns are clamped). With
     ``types`` (a kept plan's), the table's column types are read first and must
-    match, or :class:`_TableChanged` is raised.
+    match, or :class:`_TableChanged` is raised (also if the table cannot be read:
+    planning the text again then refuses it, and forgets the plan).
     """
     plan = prepared.plan
-    if types is not None and _column_types(call, plan.dataset) != types:
-        raise _TableChanged
+    if types is not None:
+        try:
+            changed = _column_types(call, plan.dataset) != types
+        except InternalError:
+            changed = True
+        if changed:
+            raise _TableChanged
     clamped = clamped_columns(plan)
     enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
                 if c in clamped} if clamped else {}
@@ -393,8 +405,9 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Futu
                            charge.id, prepared.noises, noisy,
                            lambda cur: call.ledger.close(charge, "answered", cursor=cur))
     except BaseException as err:
-        call.ledger.close(charge, "failed", reason="the generated query did not "
-                          "complete; the charge stands")
+        reason = str(err)[:2000] if isinstance(err, _RefusedAfterCharge) else \
+            "the generated query did not complete; the charge stands"
+        call.ledger.close(charge, "failed", reason=reason)
         if isinstance(err, DPSQLError):
             raise
         raise InternalError("the query failed after it was charged; this is a bug in dpsql, "
@@ -414,9 +427,12 @@ def _planned_again(call: _Call, text: str,
     try:
         entry = _planned(call, ast, text)
         prepared = _prepare(call, entry)
-    except QueryRejected as err:
-        raise QueryRejected(f"the table changed after this query was charged, and the "
-                            f"charge stands: {err}", construct=err.construct) from None
+    except (QueryRejected, ConfigurationError) as err:
+        first = err.message if isinstance(err, QueryRejected) else str(err)
+        raise _RefusedAfterCharge(
+            f"the table changed after this query was charged, and the charge stands: {first}",
+            construct=getattr(err, "construct", None), line=getattr(err, "line", None),
+            column=getattr(err, "column", None), advice=getattr(err, "advice", None)) from None
     if prepared.cost != cost:
         raise InternalError("a query planned again after its table changed was priced "
                             "differently; this is a bug in dpsql, please report it")

@@ -115,25 +115,50 @@ def test_a_kept_plan_that_no_longer_plans_leaves_its_charge(
                                                       "'capital_gain' is not numeric"):
             alice.sql(SQL)
         assert charges(alice) == before + 1  # the charge committed before the types were read
+        failed = alice.audit(last=1)  # one row: the charge, closed with why (no "rejected")
         with pytest.raises(dpsql.QueryRejected, match=NOT_NUMERIC):
             alice.sql(SQL)  # the stale plan is gone: refused before any charge
         assert charges(alice) == before + 1
+        rejected = alice.audit(last=1)
+    assert [(r["outcome"], r["cost"] is not None) for r in failed + rejected] == \
+        [("failed", True), ("rejected", False)]
+    assert "changed after this query was charged" in failed[0]["reason"]
     assert plannings == [SQL, SQL, SQL]
 
 
-def test_a_kept_plan_never_bound_is_checked_before_its_charge(
+def test_a_kept_plan_whose_table_is_gone_costs_one_charge(
         build: Callable[..., Path], plannings: list[str]) -> None:
-    # No default cost: the first send is refused after planning, so its SQL never bound.
+    path = build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    with dpsql.connect(path, "alice") as alice:
+        alice.sql(SQL)
+        with alice.store.transaction() as cur:
+            cur.execute("ALTER TABLE main.adult RENAME TO adult_old")
+        before = charges(alice)
+        for epsilon in (1, 2, 3):
+            alice.sql(f"SET dpsql.epsilon = {epsilon}")
+            with pytest.raises(dpsql.InternalError, match="cannot be read"):
+                alice.sql(SQL)
+        assert charges(alice) == before + 1  # then the plan is forgotten: refused for free
+    assert plannings == [SQL, SQL, SQL, SQL]
+
+
+@pytest.mark.parametrize("priced", [False, True])
+def test_a_kept_plan_never_charged_is_checked_before_its_charge(
+        build: Callable[..., Path], plannings: list[str], priced: bool) -> None:
+    # No default cost: the first send is refused at pricing, so its SQL never bound.
+    # Sent again unpriced, pricing the kept plan refuses it; priced, its first bind
+    # comes before the charge. Either way the table changed: the refusal is the one
+    # of the text planned again, and it costs nothing.
     path = build(with_budgets(ADULT_POLICY, budget=INFINITE))
     with dpsql.connect(path, "alice") as alice:
         with pytest.raises(dpsql.QueryRejected, match="no default query cost"):
             alice.sql(SQL)
         _retype(alice, "CAST(capital_gain AS VARCHAR)")
-        alice.sql("SET dpsql.epsilon = 1")
-        before = charges(alice)
+        if priced:
+            alice.sql("SET dpsql.epsilon = 1")
         with pytest.raises(dpsql.QueryRejected, match=NOT_NUMERIC):
             alice.sql(SQL)
-        assert charges(alice) == before  # found before the charge: it costs nothing
+        assert charges(alice) == 0
     assert plannings == [SQL, SQL]
 
 
