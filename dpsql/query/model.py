@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
+from sqlglot.optimizer.simplify import simplify_parens
 
 from dpsql.policy import Dataset
 
@@ -167,5 +169,38 @@ class QueryPlan:
             "dataset": self.dataset.name,
             "keys": [k.signature() for k in self.keys],
             "measures": [m.signature() for m in self.measures],
-            "where": self.where.sql(dialect="duckdb") if self.where is not None else None,
+            "where": canonical_sql(self.where) if self.where is not None else None,
         }, sort_keys=True, default=str)
+
+
+def canonical_sql(node: exp.Expr) -> str:
+    """``node`` as DuckDB SQL without redundant parentheses: ``(a = 1)`` and ``a = 1`` agree.
+
+    The shorter text is used only if it parses back to the same tree (parentheses
+    aside), so two conditions share a text only when they are the same condition.
+    """
+    text = node.sql(dialect="duckdb")
+    if node.find(exp.Paren) is None:
+        return text
+    try:
+        shorter = text
+        for _ in range(64):  # one layer of parentheses a pass, on a fresh tree each time
+            tree = sqlglot.parse_one(shorter, read="duckdb").transform(
+                lambda n: simplify_parens(n, "duckdb") if isinstance(n, exp.Paren) else n)
+            if tree.sql(dialect="duckdb") == shorter:
+                break
+            shorter = tree.sql(dialect="duckdb")
+        same = _bare(sqlglot.parse_one(shorter, read="duckdb")) == _bare(node)
+    except (sqlglot.errors.SqlglotError, RecursionError):
+        return text
+    return shorter if same else text
+
+
+def _bare(node: exp.Expr) -> exp.Expr:
+    """``node`` with every parenthesis node removed (the tree keeps the grouping)."""
+    tree = node.copy()
+    for paren in list(tree.find_all(exp.Paren)):
+        paren.replace(paren.this)
+    while isinstance(tree, exp.Paren):  # a root is not replaced in place
+        tree = tree.this
+    return tree

@@ -149,6 +149,19 @@ def test_cache_returns_the_same_numbers_for_free(pure_adult: Session) -> None:
     assert spent(pure_adult) == PrivacyCost.pure("0.3")
 
 
+def test_redundant_parentheses_are_the_same_measurement(pure_adult: Session) -> None:
+    base = "SELECT COUNT(*) AS n FROM adult WHERE "
+    first = pure_adult.sql(base + "race = 2 AND (sex = 1 OR age > 30)")
+    for same in ("(race = 2) AND ((sex = 1 OR age > 30))", "((((race = 2)))) AND "
+                 "(sex = 1 OR (age > 30))"):
+        again = pure_adult.sql(base + same)
+        assert again.cached
+        assert again.table.equals(first.table)
+    # The same words grouped otherwise are another condition: measured (and charged) anew.
+    assert not pure_adult.sql(base + "(race = 2 AND sex = 1) OR age > 30").cached
+    assert spent(pure_adult) == PrivacyCost.pure("0.2")
+
+
 def test_cache_survives_a_restart(build: Callable[..., Path]) -> None:
     text = with_budgets(ADULT_POLICY, accounting="pure", budget={"epsilon": 5},
                         cap={"epsilon": 1}, default={"epsilon": 0.1})

@@ -9,9 +9,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+import sqlglot
 
 import dpsql
 from dpsql.query.dialect import DIALECT
+from dpsql.query.model import canonical_sql
 from dpsql.query.parse import plan_query
 from dpsql.query.plan import (
     PASSES,
@@ -166,3 +168,22 @@ def test_encode_keys_gives_codes_for_numeric_keys(session: Session) -> None:
     codes = set(_run(session, select).column("_k0").to_pylist())
     # bins of 0.5 over [-1, 1]: lower edges -1, -0.5, 0, 0.5, 1 -> codes 0..4; NULL -> 5
     assert codes <= {0, 1, 2, 3, 4, 5}
+
+
+@pytest.mark.parametrize(("one", "other", "same"), [
+    ("(race = 2)", "race = 2", True),
+    ("((((sex = 1))))", "sex = 1", True),
+    ("((a OR b)) AND c", "(a OR b) AND c", True),
+    ("((a + 1)) * 2 > 3", "(a + 1) * 2 > 3", True),
+    ("NOT (a BETWEEN 1 AND 2)", "NOT a BETWEEN 1 AND 2", True),
+    ("(a OR b) AND c", "a OR b AND c", False),
+    ("a OR (b AND c)", "(a OR b) AND c", False),
+    ("NOT (a = 1 OR b = 2)", "NOT a = 1 OR b = 2", False),
+    ("(a + 1) * 2 > 3", "a + 1 * 2 > 3", False),
+    ("a - (b - c) > 0", "a - b - c > 0", False),
+])
+def test_canonical_conditions_drop_only_redundant_parentheses(one: str, other: str,
+                                                               same: bool) -> None:
+    # The cache keys a measurement by this text: equal texts must mean equal conditions.
+    texts = [canonical_sql(sqlglot.parse_one(t, read="duckdb")) for t in (one, other)]
+    assert (texts[0] == texts[1]) is same, texts
