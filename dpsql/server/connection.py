@@ -266,7 +266,9 @@ class Connection:
             await self._fatal(err.sqlstate, str(err))
             return False
         database = params.get("database") or user
-        router_settings = {k: v for k, v in params.items() if k not in ("user", "database")}
+        # A fresh connection shows the server's statement timeout (in ms), which it may lower.
+        router_settings = {"statement_timeout": str(round(server.config.statement_timeout * 1000)),
+                           **{k: v for k, v in params.items() if k not in ("user", "database")}}
         self.catalog = ConnectionCatalog(server.catalog, Client(
             user, database, principal.max_connections, {}))
         session = self.session

@@ -338,10 +338,13 @@ class Router:
         if match and not _param_name(match.group("name")).lower().startswith("dpsql."):
             return Outcome(None, "RESET", parameter_status=self._reset(
                 _param_name(match.group("name"))))
-        if upper == "SHOW ALL":
-            rows = sorted(self.settings.items(), key=lambda kv: kv[0].lower())
+        if upper == "SHOW ALL":  # the client parameters, then the session's dpsql options
+            rows = [(name, value, "") for name, value in
+                    sorted(self.settings.items(), key=lambda kv: kv[0].lower())]
+            options = self.handler("SHOW dpsql.all").table.to_pylist()
+            rows += [(str(o["name"]), str(o["value"]), str(o["source"])) for o in options]
             table = pa.table({"name": [r[0] for r in rows], "setting": [r[1] for r in rows],
-                              "description": [""] * len(rows)})
+                              "description": [r[2] for r in rows]})
             return Outcome(table, "SHOW")
         match = _SHOW.match(sql)
         if match and not _param_name(match.group("name")).lower().startswith("dpsql."):

@@ -135,7 +135,9 @@ def test_client_parameters_are_reported(conn):
 
 
 def test_statement_timeout_and_cancel(conn):
+    assert conn.execute("SHOW statement_timeout").fetchone() == ("300000",)  # the server's
     conn.execute("SET statement_timeout = '300ms'")
+    assert conn.execute("SHOW statement_timeout").fetchone() == ("300",)
     started = time.monotonic()
     with pytest.raises(psycopg.errors.QueryCanceled, match="statement timeout"):
         conn.execute("SELECT sleep 2 FROM adult")
