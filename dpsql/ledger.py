@@ -291,9 +291,10 @@ class Ledger:
                outcome: str, reason: str | None) -> None:
         cur.execute(
             "INSERT INTO dpsql.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [audit_id, now(), user, dataset, action, statement[:10_000],
+            [audit_id, now(), user, dataset, action, storable(statement[:10_000]),
              cost.kind if cost else None, cost.units if cost else None,
-             cost.infinite if cost else None, outcome, reason, self.policy.fingerprint],
+             cost.infinite if cost else None, outcome,
+             None if reason is None else storable(reason), self.policy.fingerprint],
         )
 
     def grant(self, admin: str, user: str, dataset: str, amount: PrivacyCost) -> Budget:
@@ -387,7 +388,7 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
             reason = ledger._refusal(standing, request.cost,
                                      cap if request.action == "query" else None)
             cost = request.cost
-            statement = request.statement[:10_000]
+            statement = storable(request.statement[:10_000])
             audit_rows.append([event, now(), request.user, request.dataset, request.action,
                                statement, cost.kind, cost.units, cost.infinite,
                                "refused" if reason else "charged", reason, policy.fingerprint])
@@ -434,6 +435,11 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
 
 _CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, fingerprint, "
             "audit_id, action, statement)")
+
+
+def storable(text: str) -> str:
+    """``text`` as valid UTF-8 (DuckDB refuses lone surrogates, which stand for bad bytes)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _insert(cur: duckdb.DuckDBPyConnection, table: str, rows: list[list[Any]]) -> None:

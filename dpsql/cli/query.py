@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import pyarrow as pa
+from sqlglot.tokens import TokenType
 
 from dpsql.cli.common import cli, db_option, json_option
 from dpsql.cli.output import emit_json, table
-from dpsql.errors import DPSQLError
+from dpsql.errors import DPSQLError, QueryRejected
+from dpsql.query.dialect import tokenize
 from dpsql.session import Session, connect
 
 HISTORY = Path(os.environ.get("DPSQL_HISTORY", "~/.dpsql_history")).expanduser()
@@ -79,7 +83,11 @@ def query_cmd(sql: str, db: str, user: str, as_json: bool) -> None:
     The answer's rows go to stdout; its cost and your remaining budget to stderr.
     """  # noqa: D301 (click needs a real \b)
     with connect(db, user) as session:
-        show(session.sql(sql), session.policy.delta, as_json)
+        answer = session.sql(sql)
+        show(answer, session.policy.delta, as_json)
+        if answer.kind == "set" and not as_json:
+            click.echo("note: a SET lasts for this one command; use dpsql shell (or the "
+                       "GoogleSQL OPTIONS clause) to keep it for the next queries", err=True)
 
 
 @cli.command("shell")
@@ -90,6 +98,8 @@ def shell_cmd(db: str, user: str) -> None:
 
     Options set with SET dpsql.<option> last for the session.
     """
+    if isinstance(sys.stdin, io.TextIOWrapper):  # bad bytes reach the statement, refused there
+        sys.stdin.reconfigure(errors="surrogateescape")
     with connect(db, user) as session:
         Shell(session).loop()
 
@@ -105,27 +115,28 @@ class Shell:
         _load_history()
         click.echo(f"dpsql shell: {self.session.user} on {self.session.store.path.name}. "
                    "Type \\help for help, \\q to quit.")
-        buffer: list[str] = []
+        buffer = ""
         while True:
             try:
-                line = input("dpsql> " if not buffer else "  ...> ")
+                line = input("dpsql> " if not buffer.strip() else "  ...> ")
             except EOFError:
+                if buffer.strip():  # the last statement needs no ';'
+                    self.run(buffer)
                 click.echo()
                 break
             except KeyboardInterrupt:
                 click.echo()
-                buffer = []
+                buffer = ""
                 continue
             stripped = line.strip()
-            if not buffer and stripped.startswith("\\"):
+            if not buffer.strip() and stripped.startswith("\\"):
                 if not self.command(stripped):
                     break
                 continue
-            if stripped:
-                buffer.append(line)
-            if buffer and stripped.endswith(";"):
-                self.run("\n".join(buffer))
-                buffer = []
+            buffer += line + "\n"
+            statements, buffer = split_statements(buffer)
+            for statement in statements:
+                self.run(statement)
         _save_history()
 
     def command(self, line: str) -> bool:
@@ -153,7 +164,35 @@ class Shell:
         except DPSQLError as err:
             click.echo(click.style("error: ", fg="red", bold=True) + str(err), err=True)
             return
+        except Exception as err:  # a bug: say so and keep the session
+            if os.environ.get("DPSQL_DEBUG"):
+                raise
+            click.echo(click.style("error: ", fg="red", bold=True) + f"internal error "
+                       f"({type(err).__name__}); this is a bug in dpsql, please report it "
+                       "with your statement", err=True)
+            return
         show(answer, self.session.policy.delta, as_json=False)
+
+
+def split_statements(text: str) -> tuple[list[str], str]:
+    """The complete statements in ``text`` (each ending at a ';') and the unfinished rest.
+
+    Semicolons inside strings, quoted names and comments do not end a statement;
+    text with an unterminated string or comment is unfinished.
+    """
+    try:
+        tokens = tokenize(text)
+    except QueryRejected:
+        return [], text
+    statements, start = [], 0
+    for token in tokens:
+        if token.token_type == TokenType.SEMICOLON:
+            statement = text[start:token.end + 1]
+            if statement.strip() != ";":
+                statements.append(statement)
+            start = token.end + 1
+    rest = text[start:]
+    return statements, rest if rest.strip() else ""
 
 
 def _load_history() -> None:

@@ -34,7 +34,7 @@ from dpsql.ledger import Ledger
 from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost
 from dpsql.query import cache, meta
-from dpsql.query.dialect import reject
+from dpsql.query.dialect import nested_too_deeply, reject
 from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import QueryPlan
@@ -140,6 +140,7 @@ def run_statement(session: Session, text: str) -> Answer:
 def _statement(call: _Call, text: str) -> Answer:
     session = call.session
     try:
+        _check_encoding(text)
         entry = _reused(call, text)
         if entry is not None:  # planned before: a DP query (same text and policy)
             return _dp(call, entry, text, checked=False)
@@ -161,10 +162,23 @@ def _statement(call: _Call, text: str) -> Answer:
                              advice="EXPLAIN PRIVACY SELECT COUNT(*) FROM <dataset> ...")
             return _explain(call, inner.ast, statement.text, text)
         return _query(call, statement.ast, text)
+    except RecursionError:  # an expression too deep for one of the passes over it
+        call.ledger.record(session.user, None, text, "rejected",
+                           reason=str(nested_too_deeply()))
+        raise nested_too_deeply() from None
     except (QueryRejected, ConfigurationError) as err:
         if not isinstance(err, _RefusedAfterCharge):  # that one closed its charge
             call.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
         raise
+
+
+def _check_encoding(text: str) -> None:
+    """Refuse text that is not valid Unicode (lone surrogates stand for undecodable bytes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise reject(text, "the statement is not valid UTF-8", err.start, construct="encoding",
+                     advice="send the statement as UTF-8 text") from None
 
 
 def _budget_call(ast: exp.Expr) -> bool:

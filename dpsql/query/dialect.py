@@ -9,6 +9,7 @@ and column numbers and builds :class:`QueryRejected` errors that carry them.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from sqlglot import exp
@@ -76,6 +77,9 @@ def reject(text: str, message: str, node: exp.Expr | int | None = None, *,
 
 def _function_start(text: str, node: exp.Func, inner: int) -> int:
     """Where a function's name starts when sqlglot only recorded its arguments' positions."""
+    if isinstance(node, exp.Case):  # CASE [x] WHEN ...: the last CASE before the first part
+        found = [m.start() for m in re.finditer(r"\bCASE\b", text[:inner], re.IGNORECASE)]
+        return found[-1] if found else inner
     name = node.name if isinstance(node, exp.Anonymous) else node.sql_name()
     before = text[:inner].rstrip(" \t\n(")
     if before.upper().endswith(name.upper()):
@@ -88,19 +92,62 @@ def tokenize(text: str) -> list[Token]:
     try:
         return list(DIALECT.tokenize(text))
     except TokenError as err:
-        start = getattr(err, "start", None)
-        raise reject(text, "cannot read this SQL (an unterminated string, quote or comment?)",
-                     start if isinstance(start, int) else None, construct="syntax",
-                     advice="check the quotes and comments") from err
+        raise _unreadable(text) from err
+
+
+def _unreadable(text: str) -> QueryRejected:
+    """The refusal of text the tokenizer cannot read, at the string or comment left open."""
+    start = unterminated_at(text)
+    what = "an unterminated string, quote or comment?" if start is None else \
+        f"{_OPENERS.get(text[start:start + 2], _OPENERS.get(text[start], 'text'))} never closed"
+    return reject(text, f"cannot read this SQL ({what})", start, construct="syntax",
+                  advice="check the quotes and comments")
+
+
+_OPENERS = {"'": "a string", '"': "a quoted name", "/*": "a comment", "$": "a $$ string"}
+_CLOSERS = {"'": "'", '"': '"', "/*": "*/"}
+
+
+def unterminated_at(text: str) -> int | None:
+    """Where a string, quoted name, dollar-quoted string or block comment opens and never closes."""
+    i = 0
+    while i < len(text):
+        two, one = text[i:i + 2], text[i]
+        if two == "--":
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end + 1
+            continue
+        dollar = re.match(r"\$(\w*)\$", text[i:]) if one == "$" else None
+        opener = two if two == "/*" else one if one in ("'", '"') else None
+        if dollar is not None:
+            end = text.find(dollar.group(0), i + len(dollar.group(0)))
+            if end < 0:
+                return i
+            i = end + len(dollar.group(0))
+        elif opener is not None:
+            closer, j = _CLOSERS[opener], i + len(opener)
+            while True:
+                end = text.find(closer, j)
+                if end < 0:
+                    return i
+                if closer != "*/" and text[end + 1:end + 2] == closer:  # '' or "" escapes
+                    j = end + 2
+                    continue
+                break
+            i = end + len(closer)
+        else:
+            i += 1
+    return None
 
 
 def parse_statements(text: str) -> list[exp.Expr]:
     """Parse ``text`` into statements with the analyst dialect; syntax errors are rejections."""
     try:
         statements = DIALECT.parse(text)
+    except RecursionError:
+        raise nested_too_deeply() from None
     except TokenError as err:
-        raise reject(text, "cannot read this SQL (an unterminated string, quote or comment?)",
-                     construct="syntax", advice="check the quotes and comments") from err
+        raise _unreadable(text) from err
     except ParseError as err:
         first = err.errors[0] if err.errors else {}
         description = str(first.get("description") or "invalid SQL").split(". Line")[0]
@@ -110,12 +157,14 @@ def parse_statements(text: str) -> list[exp.Expr]:
     return [s for s in statements if s is not None]
 
 
+def nested_too_deeply() -> QueryRejected:
+    """The refusal of a statement too deeply nested to read (Python's recursion limit)."""
+    return QueryRejected("this query is nested too deeply", construct="expression",
+                         advice="simplify the expression (fewer nested parentheses)")
+
+
 def describe(node: exp.Expr) -> str:
     """A short human name for a construct, e.g. ``function read_csv`` or ``JOIN``."""
-    if isinstance(node, exp.Anonymous):
-        return f"function {node.name}"
-    if isinstance(node, exp.Func):
-        return f"function {node.sql_name().lower()}"
     names = {
         exp.Join: "JOIN", exp.Union: "UNION", exp.Intersect: "INTERSECT", exp.Except: "EXCEPT",
         exp.Window: "window function (OVER)", exp.Subquery: "subquery", exp.Star: "*",
@@ -125,4 +174,18 @@ def describe(node: exp.Expr) -> str:
     for kind, name in names.items():
         if isinstance(node, kind):
             return name
+    if isinstance(node, exp.Anonymous):
+        return f"function {node.name}"
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name().lower()}"
     return node.key.upper()
+
+
+def keyword_start(text: str, *keywords: str) -> int | None:
+    """Where the first of ``keywords`` (e.g. UNION) appears as a token of ``text``."""
+    try:
+        tokens = tokenize(text)
+    except QueryRejected:
+        return None
+    wanted = {k.upper() for k in keywords}
+    return next((t.start for t in tokens if t.text.upper() in wanted), None)

@@ -19,7 +19,7 @@ from sqlglot import exp
 from dpsql.errors import QueryRejected
 from dpsql.policy import Column, Dataset, Policy, did_you_mean
 from dpsql.query.aggregates import Aggregates
-from dpsql.query.dialect import DPOptions, describe, reject
+from dpsql.query.dialect import DPOptions, describe, keyword_start, nested_too_deeply, reject
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
 from dpsql.query.model import GroupKey, Order, Output, QueryPlan
 from dpsql.query.predicates import RowChecker, RowScope, Type, number_literal
@@ -135,8 +135,10 @@ class _Planner:
     def _root(self, ast: exp.Expr) -> exp.Select:
         if isinstance(ast, exp.SetOperation):
             name = describe(ast)
-            raise reject(self.text, f"{name} is not allowed in DP queries", ast,
-                         construct=name, advice="ask each query separately")
+            where = keyword_start(self.text, "UNION", "INTERSECT", "EXCEPT")
+            raise reject(self.text, f"{name} is not allowed in DP queries",
+                         ast if where is None else where, construct=name,
+                         advice="ask each query separately")
         if isinstance(ast, exp.Subquery):
             raise reject(self.text, "a parenthesized query is not allowed", ast,
                          construct="subquery", advice="write the SELECT without parentheses")
@@ -148,7 +150,8 @@ class _Planner:
                 continue
             name, advice = _CLAUSE_NAMES.get(arg, (arg.upper().rstrip("_"),
                                                    "see docs/sql.md for the accepted SQL"))
-            node = value if isinstance(value, exp.Expr) else ast
+            first = value[0] if isinstance(value, list) else value
+            node = first if isinstance(first, exp.Expr) else ast
             raise reject(self.text, f"{name} is not allowed in DP queries", node,
                          construct=name, advice=advice)
         return ast
@@ -433,6 +436,5 @@ def plan_query(ast: exp.Expr, text: str, policy: Policy,
         return _Planner(text, policy, types_of).plan(ast)
     except QueryRejected:
         raise
-    except RecursionError as err:
-        raise QueryRejected("this query is nested too deeply", construct="expression",
-                            advice="simplify the expression") from err
+    except RecursionError:
+        raise nested_too_deeply() from None

@@ -66,8 +66,9 @@ def check_released(ast: exp.Expr, text: str, existing: set[str]) -> list[str]:
             if _DENIED.match(name) or isinstance(node, exp.ReadCSV):
                 raise reject(text, f"function {name.lower()} is not allowed here", node,
                              construct=f"function {name.lower()}",
-                             advice="released-table queries may not read files, settings or "
-                             "other tables")
+                             advice="a query may read released.<name> tables and public "
+                             "constants, never files, settings, the environment or other "
+                             "tables")
     return _tables(ast, text, existing)
 
 

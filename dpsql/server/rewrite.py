@@ -409,7 +409,7 @@ def parse(text: str) -> exp.Expr | None:
     """The statement as a sqlglot tree in PostgreSQL's dialect (None if it does not parse)."""
     try:
         trees = sqlglot.parse(text, read="postgres")
-    except sqlglot.errors.SqlglotError:
+    except (sqlglot.errors.SqlglotError, RecursionError):  # the session refuses it clearly
         return None
     if len(trees) != 1 or trees[0] is None:
         return None

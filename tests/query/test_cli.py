@@ -85,3 +85,54 @@ def test_shell_session(store_path: Path, tmp_path: Path) -> None:
         outcomes = [r["outcome"] for r in alice.audit()]
     assert outcomes.count("answered") == 2
     assert "rejected" in outcomes
+
+
+def test_shell_splits_statements_at_semicolons_outside_comments_and_strings(
+        store_path: Path, tmp_path: Path) -> None:
+    script = "\n".join([
+        'SELECT COUNT(*) AS "n;" -- not the end;',
+        "FROM adult;  SHOW dpsql.epsilon; /* ; */",
+        "SHOW dpsql.ci",  # the last statement needs no ';'
+    ]) + "\n"
+    result = dpsql_cli("shell", "--db", str(store_path), "--user", "alice", stdin=script,
+                       home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "error" not in result.stderr
+    assert result.stdout.count("n;\n") == 1
+    assert "dpsql.epsilon" in result.stdout
+    assert "dpsql.ci" in result.stdout
+    with dpsql.connect(store_path, "alice") as alice:
+        assert alice.audit()[-1]["statement"].startswith('SELECT COUNT(*) AS "n;"')
+
+
+def test_bad_input_is_refused_and_the_shell_goes_on(store_path: Path, tmp_path: Path) -> None:
+    deep = "SELECT COUNT(*) FROM adult WHERE " + "(" * 80 + "age > 30" + ")" * 80
+    bad = "SELECT COUNT(*) FROM adult WHERE sex = \udcff"  # argv's escape for byte 0xFF
+    for sql, message in ((deep, "nested too deeply"), (bad, "not valid UTF-8 (line 1, "
+                                                            "column 40)")):
+        result = dpsql_cli("query", sql, "--db", str(store_path), "--user", "alice")
+        assert result.returncode == dpsql.QueryRejected.exit_code, result.stderr
+        assert message in result.stderr
+    script = (deep + ";\n").encode() + b"SELECT COUNT(*) FROM adult WHERE sex = \xff;\n" \
+        + b"SHOW dpsql.epsilon;\n"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+           "DPSQL_HISTORY": str(tmp_path / "history")}
+    shell = subprocess.run([sys.executable, "-m", "dpsql", "shell", "--db", str(store_path),
+                            "--user", "alice"], input=script, capture_output=True, env=env,
+                           timeout=120)
+    err = shell.stderr.decode()
+    assert shell.returncode == 0, err
+    assert "nested too deeply" in err
+    assert "not valid UTF-8" in err
+    assert b"dpsql.epsilon" in shell.stdout  # the session survived both
+    with dpsql.connect(store_path, "alice") as alice:
+        rows = alice.audit()[-4:]
+    assert [r["outcome"] for r in rows] == ["rejected"] * 4
+    assert rows[-1]["statement"].endswith("sex = \\udcff;")  # kept, escaped
+
+
+def test_a_set_in_one_query_command_says_it_does_not_last(store_path: Path) -> None:
+    result = dpsql_cli("query", "SET dpsql.ci = 0.95", "--db", str(store_path),
+                       "--user", "alice")
+    assert result.returncode == 0, result.stderr
+    assert "lasts for this one command" in result.stderr

@@ -1,6 +1,7 @@
 """The rejection corpus: every statement in tests/query/reject/*.sql must be refused.
 
-Each file starts with ``-- <what it attacks>`` and ``-- expect: <text of the error>``.
+Each file starts with ``-- <what it attacks>`` and ``-- expect: <text of the error>``,
+and may give ``-- at: <line>:<column>`` where the error must point.
 A refusal must come before DuckDB sees anything (the engine is never called),
 must charge nothing, must be audited as ``rejected``, and must say where and
 what to do instead.
@@ -25,6 +26,15 @@ def expectation(path: Path) -> str:
         if line.startswith("-- expect:"):
             return line.removeprefix("-- expect:").strip()
     raise AssertionError(f"{path.name} has no '-- expect:' line")
+
+
+def position(path: Path) -> tuple[int, int] | None:
+    """The ``-- at: line:column`` the error must point to, if the file gives one."""
+    for line in path.read_text().splitlines():
+        if line.startswith("-- at:"):
+            where, _, column = line.removeprefix("-- at:").strip().partition(":")
+            return int(where), int(column)
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -54,3 +64,6 @@ def test_statement_is_rejected_before_duckdb(session: Session, engine_calls: lis
     assert err.construct, "a rejection names the construct"
     assert err.advice, "a rejection says what to do instead"
     assert err.sqlstate == "42000"
+    expected = position(path)
+    if expected is not None:
+        assert (err.line, err.column) == expected, str(err)

@@ -68,6 +68,23 @@ def test_psql_reads_the_budget_error(served):
     assert done.stdout.count("(1 row)") >= 1
 
 
+def test_psql_gets_a_rejection_for_a_too_deep_query(served):
+    deep = "SELECT count(*) FROM adult WHERE " + "(" * 80 + "sex = 1" + ")" * 80 + ";\n"
+    done = _psql(served, "alice", deep + "SELECT 1 AS still_here;\n")
+    assert "ERROR:  42000: this query is nested too deeply" in done.stderr, done.stderr
+    assert "internal error" not in done.stderr
+    assert "still_here" in done.stdout
+
+
+def test_show_all_lists_client_parameters_and_dpsql_options(served):
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 0.3")
+        rows = {name: (setting, note) for name, setting, note in conn.execute("SHOW ALL")}
+    assert rows["application_name"][0] == ""
+    assert rows["dpsql.epsilon"] == ("0.3", "session")
+    assert "dpsql.ci" in rows
+
+
 def test_psycopg_simple_and_extended_protocol(served):
     with psycopg.connect(served.dsn("alice"), autocommit=True) as conn:
         notices = []

@@ -1,3 +1,4 @@
 -- join the ledger
 -- expect: JOIN
+-- at: 4:33
 SELECT COUNT(*) FROM adult JOIN dpsql.meta ON true
