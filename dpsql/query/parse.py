@@ -397,7 +397,8 @@ class _Planner:
             elif isinstance(node, exp.Column) and not node.table \
                     and node.name.lower() in by_name:
                 expr = by_name[node.name.lower()].expr
-            elif isinstance(node, (exp.Literal, exp.Null, exp.Boolean)):
+            elif isinstance(node, (exp.Literal, exp.Null, exp.Boolean)) \
+                    or not any(True for _ in node.find_all(exp.Column, exp.AggFunc)):
                 raise reject(self.text, "ORDER BY a constant has no effect", node,
                              construct="ORDER BY", advice="order by a column position "
                              "(ORDER BY 1), a key, an alias or an aggregate")
@@ -416,10 +417,13 @@ class _Planner:
                 values.append(None)
                 continue
             extra = [k for k, v in clause.args.items() if k != "expression" and v]
-            number = _int_literal(clause.args.get("expression"))
+            expression = clause.args.get("expression")
+            number = _int_literal(expression)
             if number is None or extra:
-                raise reject(self.text, f"{arg.upper()} takes a whole number", clause,
-                             construct=arg.upper(), advice=f"write {arg.upper()} 10")
+                negative = isinstance(expression, exp.Neg) and _int_literal(expression.this)
+                raise reject(self.text, f"{arg.upper()} " + (
+                    "cannot be negative" if negative else "takes a whole number"), clause,
+                    construct=arg.upper(), advice=f"write {arg.upper()} 10")
             values.append(number)
         return values[0], values[1]
 
