@@ -12,6 +12,7 @@ and what to write instead. Nothing here runs SQL.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from fractions import Fraction
 from typing import Any
 
 from sqlglot import exp
@@ -243,6 +244,12 @@ class _Planner:
                 raise reject(self.text, f"option {name} needs a number", item,
                              construct="OPTIONS", advice=f"OPTIONS ({name} = 0.5)")
             options[name] = number_literal(value.this, value, self.text).sql()
+            amount = Fraction(options[name])
+            if (amount < 0 or amount >= 1) if name == "delta" else amount <= 0:
+                raise reject(self.text, f"option {name} must be " + (
+                    "at least 0 and below 1" if name == "delta" else "greater than 0"), item,
+                    construct="OPTIONS", advice=f"OPTIONS ({name} = "
+                    f"{'1e-7' if name == 'delta' else '0.5'})")
         return options
 
     # -- SELECT list and GROUP BY ----------------------------------------------------------
