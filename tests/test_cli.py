@@ -138,3 +138,20 @@ def test_demo_runs(args):
     assert result.returncode == 0, result.stderr
     assert "Create a governed store" in result.stdout
     assert "refused" in result.stdout
+
+
+def test_audit_shows_a_refused_cost_as_asked_not_charged(tmp_path):
+    db = tmp_path / "s.duckdb"
+    assert run("init", str(db), "--policy", str(ADULT_POLICY), "--import",
+               f"adult={ADULT_SAMPLE}").returncode == 0
+    refused = run("query", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 50) COUNT(*) "
+                  "FROM adult", "--user", "alice", db=db)
+    assert refused.returncode == dpsql.BudgetExceeded.exit_code, refused.stderr
+    answered = run("query", "SELECT COUNT(*) FROM adult", "--user", "alice", db=db)
+    assert answered.returncode == 0, answered.stderr
+    lines = run("audit", "--last", "2", db=db).stdout.splitlines()
+    assert "refused" in lines[-2]
+    assert "asked rho=" in lines[-2]
+    assert "answered" in lines[-1]
+    assert "asked" not in lines[-1]
+    assert "rho=" in lines[-1]

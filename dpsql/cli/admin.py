@@ -223,7 +223,10 @@ def budget_grant(user: str, dataset: str, epsilon: str | None, delta: str | None
 @json_option
 def audit_cmd(db: str, user: str | None, last: int | None, actor: str | None,
               as_json: bool) -> None:
-    """Show the audit log: every request, its cost and outcome."""
+    """Show the audit log: every request, its cost and outcome.
+
+    A refused request shows the cost it asked for ("asked ..."): nothing was charged.
+    """
     with connect(db, default_actor(actor, db)) as session:
         rows = session.audit(user, last)
         delta = session.policy.delta
@@ -235,7 +238,8 @@ def audit_cmd(db: str, user: str | None, last: int | None, actor: str | None,
         return
     click.echo(table(
         [[r["id"], r["at"], r["user"], r["dataset"] or "", r["action"], r["outcome"],
-          r["cost"].describe() if r["cost"] else "",
+          ("asked " if r["outcome"] == "refused" else "") + r["cost"].describe()
+          if r["cost"] else "",
           _short((r["reason"] or r["statement"] or ""), 70)] for r in rows],
         ["id", "at", "user", "dataset", "action", "outcome", "cost", "statement / reason"],
         right=[0],
