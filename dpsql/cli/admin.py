@@ -173,7 +173,8 @@ def _print_budgets(rows: list[Budget], delta: float | None) -> None:
     click.echo(table(_budget_rows(rows, delta),
                      ["user", "dataset", "granted", "spent", "remaining", "remaining (rho)"],
                      right=[2, 3, 4]))
-    click.echo(f"({unit})")
+    click.echo(f"({unit}" + ("" if delta is None else "; rho adds up, epsilon does not, so "
+                             "granted is not spent + remaining in epsilon") + ")")
 
 
 @budget.command("show")

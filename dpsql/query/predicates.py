@@ -26,6 +26,7 @@ from dpsql.policy import Column, Dataset, did_you_mean
 from dpsql.query.dialect import describe, reject
 
 Type = Literal["num", "str", "bool", "null", "other"]
+_TYPE_NAMES = {"num": "number", "str": "text", "bool": "boolean"}
 
 _NUMERIC = re.compile(r"^(U?(TINY|SMALL|BIG|HUGE)?INT(EGER)?|DOUBLE|FLOAT|REAL|DECIMAL.*|"
                       r"NUMERIC.*|INT\d+|FLOAT\d+)$")
@@ -191,7 +192,8 @@ class RowChecker:
                          construct=what, advice="only numbers, text and booleans can be "
                          "compared; IS NULL works on any column")
         if len(real) > 1:
-            raise reject(self.source, f"{what} mixes {' and '.join(sorted(real))} values", node,
+            names = sorted(_TYPE_NAMES.get(k, k) for k in real)
+            raise reject(self.source, f"{what} mixes {' and '.join(names)} values", node,
                          construct=what, advice="compare numbers with numbers and text with "
                          "quoted strings")
         return real.pop() if real else "null"

@@ -1,3 +1,3 @@
 -- a comparison that casts a text literal per row
--- expect: mixes
+-- expect: mixes number and text values
 SELECT COUNT(*) FROM adult WHERE age = 'abc'
