@@ -649,7 +649,8 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
             raise StoreError(f"{path} is open for writing by another process{who}; stop it "
                              "(for example a running dpsql serve) and try again") from err
         raise StoreError(f"{path} is not a readable DuckDB database ({text.splitlines()[0]}); "
-                         "restore it from a backup or create a new store") from err
+                         "check the path (--db or $DPSQL_DB); if it was your store, restore "
+                         "it from a backup") from err
     except duckdb.ConnectionException as err:
         raise StoreError(f"{path} is already open in this process with another configuration; "
                          "close other connections to it first") from err
