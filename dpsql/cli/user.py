@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -58,8 +59,9 @@ def user_add(name: str, password_stdin: bool, iterations: int, db: str, as_json:
     if as_json:
         emit_json({"user": name, "set": True})
     else:
-        click.echo(f"password set for {name}; connect with: psql \"host=HOST port=5433 "
-                   f"user={name} dbname=dpsql\"")
+        click.echo(f"password set for {name}; once dpsql serve runs, connect with: psql "
+                   f"\"host=HOST port=5433 user={name} dbname={Path(db).stem}\" (the port "
+                   "dpsql serve prints)")
 
 
 @user.command("remove")
