@@ -176,8 +176,9 @@ def describe(node: exp.Expr) -> str:
             return name
     if isinstance(node, exp.Anonymous):
         return f"function {node.name}"
-    if isinstance(node, exp.Func):
-        return f"function {node.sql_name().lower()}"
+    if isinstance(node, exp.Func):  # DuckDB's name for it (RANDOM, not sqlglot's RAND)
+        match = re.match(r"([A-Za-z_]\w*)\s*\(", node.sql(dialect="duckdb"))
+        return f"function {(match.group(1) if match else node.sql_name()).lower()}"
     return node.key.upper()
 
 
