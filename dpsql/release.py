@@ -158,9 +158,18 @@ def _plan(session: Session, dataset_name: str, synth_name: str, name: str,
         raise ConfigurationError(f"{synth_name} releases a table of counts, not rows; drop "
                                  "--rows and --copies")
     previous = provenance.current(store, name)
-    if not replace_ and (previous or name in _released_tables(store)):
+    existing = _released_tables(store)
+    if not replace_ and (previous or name in existing):
         raise ReleaseError(f"a release named {name!r} already exists; choose another name or "
                            "pass --replace (the old provenance is kept, marked superseded)")
+    own = set() if previous is None else {
+        t.rpartition(".")[2] for t in [previous["record"]["table"],
+                                       *previous["record"].get("products", [])]}
+    for suffix in getattr(synth, "product_suffixes", ()):
+        product = f"{name}_{suffix}"
+        if product not in own and (product in existing or provenance.current(store, product)):
+            raise ReleaseError(f"{synth_name} also writes released.{product}, which another "
+                               "release holds; choose another name for this release")
     warnings: list[str] = []
     if dp:
         cost = session.cost(epsilon=epsilon, delta=delta, rho=rho)
@@ -266,6 +275,9 @@ def _run(session: Session, plan: _Plan, audit_id: int, report: Progress) -> Rele
     description = dict(fitted.describe())  # after sampling: its diagnostics are included
     products = getattr(fitted, "products", None)
     extra: Mapping[str, pa.Table] = products() if callable(products) else {}
+    if not set(extra) <= set(getattr(plan.synth, "product_suffixes", ())):
+        raise InternalError(f"{plan.synth_name} wrote products it did not declare; this is a "
+                            "bug in dpsql")
     product_names = [f"released.{plan.name}_{check_identifier(s, 'product suffix')}"
                      for s in extra]
     state = fitted.state() if callable(getattr(fitted, "state", None)) else None
@@ -374,6 +386,9 @@ def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
         existing = _released_tables(store, cur)
         for table_name, data in tables:
             if table_name in existing:
+                if table_name != name:  # a product name another release took meanwhile
+                    raise ReleaseError(f"released.{table_name} belongs to another release; "
+                                       "nothing was written")
                 cur.execute(f"DROP TABLE released.{quote(table_name)}")
             _create(cur, table_name, data, record)
         provenance.insert(cur, record)

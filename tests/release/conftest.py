@@ -69,6 +69,7 @@ class CrashSample(Independent):
 @dataclass
 class CrashWrite(Independent):
     name: ClassVar[str] = "crash_write"
+    product_suffixes: ClassVar[tuple[str, ...]] = ("first", "second")
 
     def fit(self, source, domain, budget, rng, progress=None):
         fitted = super().fit(source, domain, budget, rng, progress)
@@ -107,6 +108,7 @@ class Lowering(Independent):
 @dataclass
 class WithProducts(Independent):
     name: ClassVar[str] = "with_products"
+    product_suffixes: ClassVar[tuple[str, ...]] = ("aggregates",)
 
     def fit(self, source, domain, budget, rng, progress=None):
         fitted = super().fit(source, domain, budget, rng, progress)

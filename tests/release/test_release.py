@@ -18,7 +18,7 @@ from dpsql.errors import (
 )
 from dpsql.provenance import export, read_parquet_record
 
-from .conftest import release_policy
+from .conftest import WithProducts, release_policy
 
 COLUMNS = ["age", "sex", "race", "income_50k"]
 
@@ -144,6 +144,40 @@ def test_replace_keeps_the_old_provenance_superseded(admin_session):
     assert [(r["release_id"], r["superseded_by"]) for r in rows] == [
         (first.release_id, second.release_id), (second.release_id, None)]
     assert admin_session.store.table_columns("t", "released") == {"race": "BIGINT"}
+
+
+def test_a_product_never_takes_another_releases_table(admin_session):
+    kept = admin_session.release("adult", synthesizer="independent", epsilon=0.5,
+                                 columns=["sex"], name="x_aggregates")
+    before = spent(admin_session)
+    for replace in (False, True):  # --replace replaces x only, never x_aggregates
+        with pytest.raises(ReleaseError, match=r"also writes released\.x_aggregates, which "
+                                               "another release holds"):
+            admin_session.release("adult", synthesizer="with_products", epsilon=0.5,
+                                  columns=["race"], name="x", replace=replace)
+    assert spent(admin_session) == before  # refused before the charge
+    assert released_tables(admin_session) == ["x_aggregates"]
+    assert admin_session.store.table_columns("x_aggregates", "released") == {"sex": "BIGINT"}
+    assert provenance.current(admin_session.store, "x_aggregates")["release_id"] == \
+        kept.release_id
+
+
+def test_a_product_taken_after_the_plan_is_not_overwritten(admin_session, monkeypatch):
+    # Another release takes the product's name while this one fits: nothing is written.
+    real_fit = WithProducts.fit
+
+    def fit_then_race(self, *args, **kwargs):
+        fitted = real_fit(self, *args, **kwargs)
+        with admin_session.store.transaction() as cur:
+            cur.execute("CREATE TABLE released.y_aggregates AS SELECT 1 AS other")
+        return fitted
+
+    monkeypatch.setattr(WithProducts, "fit", fit_then_race)
+    with pytest.raises(ReleaseError, match="belongs to another release; nothing was written"):
+        admin_session.release("adult", synthesizer="with_products", epsilon=0.5,
+                              columns=["race"], name="y")
+    assert released_tables(admin_session) == ["y_aggregates"]
+    assert provenance.current(admin_session.store, "y") is None
 
 
 def test_products_share_the_provenance(admin_session):

@@ -83,6 +83,7 @@ class SDS:
     name = "sds"  # class attributes, not options
     is_dp = True
     version = VERSION
+    product_suffixes = ("aggregates",)  # released.<name>_aggregates (see FittedSDS.products)
 
     def __post_init__(self) -> None:
         r = self.reporting_length
