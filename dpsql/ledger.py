@@ -198,6 +198,22 @@ class Ledger:
                     out.append(standing)
         return out
 
+    def overspent(self) -> list[str]:
+        """Notes on budgets this policy sets below what is already spent (requests are refused)."""
+        delta, notes, datasets = self.policy.delta, [], set()
+        for b in self.budgets():
+            if b.spent > b.granted:
+                notes.append(f"{b.user} on {b.dataset}: the budget "
+                             f"{b.granted.describe(delta, budget=True)} is below what is spent "
+                             f"({b.spent.describe(delta)}); every further request is refused")
+            if b.dataset_spent > b.dataset_total and b.dataset not in datasets:
+                datasets.add(b.dataset)
+                notes.append(f"dataset {b.dataset}: the total "
+                             f"{b.dataset_total.describe(delta, budget=True)} is below what is "
+                             f"spent ({b.dataset_spent.describe(delta)}); every further "
+                             "request is refused")
+        return notes
+
     # -- writing ------------------------------------------------------------------------
     def charge(self, user: str, dataset: str, cost: PrivacyCost, statement: str,
                action: str = "query", *, caller_audits: bool = False) -> Charge:

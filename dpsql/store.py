@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from dpsql.domain import quote
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
-from dpsql.policy import Policy
+from dpsql.policy import Policy, did_you_mean
 
 SCHEMA_VERSION = 4
 
@@ -500,8 +500,16 @@ class Store:
 
     def check_policy(self, policy: Policy) -> list[str]:
         """Check the policy against the tables; returns notes (undeclared columns, hidden)."""
-        notes = []
+        from dpsql.synth.base import known_names  # the synthesizers import the store
+
+        notes, known = [], known_names()
         for ds in policy.datasets.values():
+            for name in ds.synthesizers:
+                if name not in known:
+                    raise PolicyError(f"{policy.source}: datasets.{ds.name}.synthesizers: "
+                                      f"unknown synthesizer {name!r}"
+                                      f"{did_you_mean(name, sorted(known))} (known: "
+                                      f"{', '.join(sorted(known))})")
             actual = self.table_columns(ds.table)
             if not actual:
                 raise PolicyError(f"{policy.source}: datasets.{ds.name}.table: no table "

@@ -10,6 +10,7 @@ import sys
 
 import click
 import pytest
+import yaml
 from click.testing import CliRunner
 
 import dpsql
@@ -155,3 +156,30 @@ def test_audit_shows_a_refused_cost_as_asked_not_charged(tmp_path):
     assert "answered" in lines[-1]
     assert "asked" not in lines[-1]
     assert "rho=" in lines[-1]
+
+
+def test_policy_check_and_grant_warn_about_budgets_that_cannot_hold(tmp_path):
+    db = tmp_path / "s.duckdb"
+    assert run("init", str(db), "--policy", str(ADULT_POLICY), "--import",
+               f"adult={ADULT_SAMPLE}").returncode == 0
+    spend = run("query", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.9) COUNT(*) "
+                "FROM adult", "--user", "bob", db=db)
+    assert spend.returncode == 0, spend.stderr
+    raw = yaml.safe_load(ADULT_POLICY.read_text())
+    raw["users"]["bob"]["budgets"]["adult"] = {"epsilon": 0.5}
+    lowered = tmp_path / "lowered.yaml"
+    lowered.write_text(yaml.safe_dump(raw))
+    checked = run("policy", "check", str(lowered), db=db)
+    assert checked.returncode == 0, checked.stderr
+    assert "note: bob on adult: the budget" in checked.stdout
+    assert "is below what is spent" in checked.stdout
+    raw["datasets"]["adult"]["synthesizers"] = ["indepndent", "joint"]
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump(raw))
+    refused = run("policy", "check", str(typo), db=db)
+    assert refused.returncode == dpsql.PolicyError.exit_code
+    assert "unknown synthesizer 'indepndent'" in refused.stderr
+    assert "did you mean 'independent'" in refused.stderr
+    granted = run("budget", "grant", "alice", "adult", "--epsilon", "100", db=db)
+    assert granted.returncode == 0, granted.stderr
+    assert "exceeds the dataset's total" in granted.stdout

@@ -10,7 +10,7 @@ import click
 from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
 from dpsql.cli.output import emit_json, heading, table
 from dpsql.errors import ConfigurationError
-from dpsql.ledger import Budget
+from dpsql.ledger import Budget, Ledger
 from dpsql.policy import Policy
 from dpsql.session import connect, init
 from dpsql.store import Store
@@ -75,7 +75,7 @@ def policy_check(path: str, db: str | None, as_json: bool) -> None:
     notes: list[str] = []
     if db:
         with Store.open(db) as store:
-            notes = store.check_policy(pol)
+            notes = store.check_policy(pol) + Ledger(store, pol).overspent()
     summary = _policy_summary(pol)
     if as_json:
         emit_json({"valid": True, "fingerprint": pol.fingerprint, "notes": notes, **summary})
@@ -123,6 +123,8 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, as_json: bool
             click.echo(heading(f"changes from {old.fingerprint} to {new.fingerprint}:"))
             for line in changes:
                 click.echo(f"  {line}")
+            for note in Ledger(session.store, new).overspent():
+                click.echo(f"  note: {note}")
             if not yes:
                 click.confirm("apply these changes?", abort=True)
         session.apply_policy(new)
@@ -214,6 +216,11 @@ def budget_grant(user: str, dataset: str, epsilon: str | None, delta: str | None
         return
     click.echo(f"granted; {user} on {dataset} now has "
                f"{standing.remaining.describe(policy_delta, budget=True)} left")
+    if standing.granted > standing.dataset_total:
+        mine = standing.granted.describe(policy_delta, budget=True)
+        total = standing.dataset_total.describe(policy_delta, budget=True)
+        click.echo(f"note: {user}'s budget on {dataset} ({mine}) now exceeds the dataset's "
+                   f"total ({total}), which still caps what anyone spends")
 
 
 @cli.command("audit")

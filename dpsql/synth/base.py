@@ -107,6 +107,16 @@ BUILTIN_MODULES: list[str] = [
 _missing: dict[str, str] = {}
 
 
+#: Names the built-in modules register (known without importing them, e.g. torch).
+BUILTIN_NAMES = ("independent", "joint", "range", "sds", "napsu_mq", "modp")
+
+
+def known_names() -> set[str]:
+    """Synthesizer names a policy may list: built-ins, installed plugins, registered ones."""
+    plugins = {e.name for e in metadata.entry_points(group="dpsql.synthesizers")}
+    return set(BUILTIN_NAMES) | plugins | set(_registry)
+
+
 def available() -> list[str]:
     """Names of every registered synthesizer."""
     _load_builtin()
