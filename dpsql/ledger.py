@@ -246,8 +246,10 @@ class Ledger:
     def _refusal(self, standing: Budget, cost: PrivacyCost, cap: PrivacyCost | None) -> str | None:
         delta = self.policy.delta
         admins = sorted(u.name for u in self.policy.users.values() if u.role == "admin")
-        ask = (f"ask an administrator ({', '.join(admins)}) to run: dpsql budget grant "
-               f"{standing.user} {standing.dataset} --epsilon X")
+        grant = f"dpsql budget grant {standing.user} {standing.dataset} --epsilon X"
+        ask = (f"as an administrator you may grant yourself more: {grant}"
+               if standing.user in admins else
+               f"ask an administrator ({', '.join(admins)}) to run: {grant}")
         if cap is not None and cost > cap:
             return (f"a query on {standing.dataset} may cost at most {cap.describe(delta)}; "
                     f"requested {cost.describe(delta)}: lower epsilon")

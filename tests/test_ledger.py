@@ -69,6 +69,10 @@ def test_refusal_leaves_ledger_unchanged_and_says_who_can_grant(make_store):
         # exactly the remainder still fits
         ledger.charge("alice", "adult", PrivacyCost.pure("0.4"), "exact")
         assert ledger.budget("alice", "adult").remaining.is_zero
+        with pytest.raises(BudgetExceeded) as mine:  # an administrator is told to self-grant
+            ledger.charge("admin", "adult", PrivacyCost.pure("5"), "too much")
+        assert "as an administrator you may grant yourself more: dpsql budget grant admin " \
+            "adult" in str(mine.value)
 
 
 def test_dataset_total_caps_all_users_together(make_store):

@@ -150,6 +150,13 @@ def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
                                      epsilon=epsilon, delta=delta, rho=rho, rows=rows,
                                      copies=copies, columns=_columns(columns), seed=seed,
                                      replace=replace, progress=bar, **_options(options))
+        except KeyboardInterrupt:
+            bar.close()
+            last = session.audit(session.user, last=1)
+            kept = last[0]["reason"] if last and last[0]["outcome"] == "failed" else None
+            click.echo("interrupted: nothing was written" + (
+                f" ({kept.partition('; ')[2]})" if kept and "; " in kept else ""), err=True)
+            raise
         finally:
             bar.close()
         standing = session.ledger.budget(session.user, dataset)

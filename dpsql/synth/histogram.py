@@ -326,13 +326,14 @@ class Joint(_HistogramOptions):
     def check(self, domain: Domain, budget: PrivacyCost) -> None:
         """Refuse a hopeless joint table from public information only (no budget spent)."""
         cells = domain.size()
-        advice = ("release fewer columns (--columns), coarser bins in the policy, a larger "
-                  "budget, or use the independent synthesizer")
+        fewer = "release fewer columns (--columns), coarser bins in the policy"
+        advice = f"{fewer}, a larger budget, or use the independent synthesizer"
         limit = min(self.max_cells, MAX_CELLS)
-        if cells > limit:
+        if cells > limit:  # the number of cells does not depend on the budget
             raise ReleaseError(f"the joint table over {', '.join(domain.names)} has {cells:,} "
                                f"cells, more than {limit:,} (max_cells, and at most "
-                               f"{MAX_CELLS:,} can be measured); {advice}")
+                               f"{MAX_CELLS:,} can be measured); {fewer}, or use the "
+                               "independent synthesizer")
         reference = domain.public_rows or self.expected_rows
         if reference is None or budget.infinite:
             return

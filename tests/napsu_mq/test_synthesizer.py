@@ -69,7 +69,9 @@ def test_pure_policy_is_refused(tmp_path: Path) -> None:
 
 
 def test_unknown_clique_column_is_refused(adult: Source) -> None:
-    with pytest.raises(ConfigurationError, match="agee"):
+    with pytest.raises(ConfigurationError, match=r"clique 'agee\+sex' uses 'agee', which is "
+                                                 r"not among the released columns .*did you "
+                                                 r"mean 'age'"):
         get("napsu_mq", cliques="agee+sex", **FAST).fit(
             adult.relation, adult.domain, PrivacyCost.zcdp(1), np.random.default_rng(0))
 

@@ -81,3 +81,19 @@ def test_the_whole_release_tour(store_path, tmp_path):
     assert run("evaluate", "adult_joint", "--no-report", db=store_path,
                user="alice").returncode == 6
     assert "range" in run("releases", "synthesizers", db=store_path).stdout
+
+
+def test_an_interrupted_release_says_its_charge_stays(store_path):
+    # Ctrl-C once the charge is made (the fit is replaced by an interrupt): a real process.
+    code = ("import sys\nimport dpsql.release as r\n"
+            "def interrupted(*args, **kwargs):\n    raise KeyboardInterrupt\n"
+            "r._run = interrupted\nfrom dpsql.cli import main\n"
+            "sys.argv = ['dpsql', 'release', 'adult', '--synth', 'independent', '--epsilon', "
+            "'0.5', '--columns', 'sex', '--name', 'cut']\nmain()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DPSQL_DB": str(store_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode != 0
+    assert "interrupted: nothing was written (the charge of rho=" in done.stderr
+    assert "stays)" in done.stderr
+    assert run("releases", "show", "cut", db=store_path).returncode == 7  # no release

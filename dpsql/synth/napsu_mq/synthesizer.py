@@ -27,6 +27,7 @@ from threadpoolctl import threadpool_limits
 
 from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError
+from dpsql.policy import did_you_mean
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.synth.base import register
@@ -246,7 +247,12 @@ class NapsuMQ:
         out = []
         for clique in self.cliques:
             for column in clique:
-                domain[column]  # raises with a did-you-mean
+                if column not in domain.names:
+                    raise ConfigurationError(
+                        f"napsu_mq: clique {'+'.join(clique)!r} uses {column!r}, which is not "
+                        f"among the released columns ({', '.join(domain.names)})"
+                        f"{did_you_mean(column, list(domain.names))}; a clique joins columns "
+                        "given with --columns")
             if len(set(clique)) != len(clique) or not clique:
                 raise ConfigurationError(f"napsu_mq: clique {'+'.join(clique)!r} repeats a "
                                          "column or is empty")
