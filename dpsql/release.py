@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import secrets
 import uuid
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -256,7 +257,9 @@ def _run(session: Session, plan: _Plan, audit_id: int, report: Progress) -> Rele
     rng = np.random.default_rng(plan.seed)
     source = bounded_relation(store, plan.dataset)
     report("fit", 0, None)
-    fitted = plan.synth.fit(source, plan.domain, plan.cost, rng, report)
+    with warnings.catch_warnings():  # reported in the release's own warnings instead
+        warnings.simplefilter("ignore", synth_base.SynthesizerWarning)
+        fitted = plan.synth.fit(source, plan.domain, plan.cost, rng, report)
     spent = fitted.spent.to(policy.accounting)
     if plan.dp and not spent <= plan.cost:
         raise InternalError(f"{plan.synth_name} reports spending {spent} of a budget of "
@@ -287,8 +290,8 @@ def _run(session: Session, plan: _Plan, audit_id: int, report: Progress) -> Rele
     report("write", 0, 1)
     _write(store, plan, record, table, extra, state)
     report("write", 1, 1)
-    warnings = plan.warnings + list(description.get("diagnostics", {}).get("warnings", []))
-    return Release(plan.name, record["release_id"], record, warnings)
+    reported = plan.warnings + list(description.get("diagnostics", {}).get("warnings", []))
+    return Release(plan.name, record["release_id"], record, reported)
 
 
 def sample_copies(fitted: Any, domain: Domain, rows: int, copy_numbers: Sequence[int],

@@ -107,6 +107,13 @@ BUILTIN_MODULES: list[str] = [
 _missing: dict[str, str] = {}
 
 
+class SynthesizerWarning(UserWarning):
+    """A warning a synthesizer also lists in ``describe()['diagnostics']['warnings']``.
+
+    A release reports those itself, so it silences this category while fitting.
+    """
+
+
 #: Names the built-in modules register (known without importing them, e.g. torch).
 BUILTIN_NAMES = ("independent", "joint", "range", "sds", "napsu_mq", "modp")
 

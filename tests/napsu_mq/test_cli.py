@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -80,3 +81,16 @@ def test_release_nuts_copies_and_release_more(store_path):
     out = release(store_path, name, "inference=nuts", "chains=2", "warmup=300", "samples=300",
                   "cliques=age+income_50k,sex+income_50k,race+sex")
     check_release_and_more(store_path, name, out)
+
+
+def test_a_release_reports_its_warnings_once(store_path):
+    # The fit's DiagnosticsWarning is the same text as the release's own warning: a release
+    # returns (and the CLI prints) it, and does not also raise it as a Python warning.
+    with warnings.catch_warnings(record=True) as raised, \
+            dpsql.connect(store_path, "admin") as admin:
+        warnings.simplefilter("always")
+        result = admin.release("adult", synthesizer="napsu_mq", epsilon=1, name="rounded",
+                               columns=["sex", "income_50k"], inference="laplace",
+                               cliques="sex+income_50k", select="none", sampling="rounded")
+    assert any("sampling=rounded" in w for w in result.warnings)
+    assert not [w for w in raised if "sampling=rounded" in str(w.message)]

@@ -30,7 +30,7 @@ from dpsql.errors import ConfigurationError
 from dpsql.policy import did_you_mean
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
-from dpsql.synth.base import register
+from dpsql.synth.base import SynthesizerWarning, register
 from dpsql.synth.measure import measure_marginals
 from dpsql.synth.napsu_mq import laplace as laplace_step
 from dpsql.synth.napsu_mq import mst, nuts
@@ -49,15 +49,16 @@ MIN_ESS = 400
 WEAK_FRACTION = 0.5  # Laplace sd above this share of prior_sd: weakly identified
 
 
-class DiagnosticsWarning(UserWarning):
+class DiagnosticsWarning(SynthesizerWarning):
     """The posterior inference shows signs of trouble (see describe()['diagnostics'])."""
 
 
 @register("napsu_mq")
 @dataclass
 class NapsuMQ:
-    """Options of a NAPSU-MQ fit (each settable as ``--option key=value``).
+    """Noise-aware Bayesian synthesis (NAPSU-MQ): a posterior over the data, copies from it.
 
+    Options (each settable as ``--option key=value``):
     ``cliques`` are marginals always measured ("a+b,c+d"); ``select=mst`` adds a
     spanning tree of pairs chosen by MST with ``select_share`` of the budget,
     ``select=none`` measures only ``cliques`` (plus 1-way marginals of columns
