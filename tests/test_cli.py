@@ -183,3 +183,32 @@ def test_policy_check_and_grant_warn_about_budgets_that_cannot_hold(tmp_path):
     granted = run("budget", "grant", "alice", "adult", "--epsilon", "100", db=db)
     assert granted.returncode == 0, granted.stderr
     assert "exceeds the dataset's total" in granted.stdout
+
+
+def test_policy_apply_refuses_before_showing_changes(tmp_path):
+    db = tmp_path / "s.duckdb"
+    assert run("init", str(db), "--policy", str(ADULT_POLICY), "--import",
+               f"adult={ADULT_SAMPLE}").returncode == 0
+    raw = yaml.safe_load(ADULT_POLICY.read_text())
+    raw["datasets"]["adult"]["columns"]["shoe_size"] = {"type": "integer", "bounds": [30, 50]}
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(raw))
+    applied = run("policy", "apply", str(broken), "--yes", db=db)
+    assert applied.returncode == dpsql.PolicyError.exit_code
+    assert "has no such column" in applied.stderr
+    assert "changes from" not in applied.stdout
+
+
+def test_budget_show_under_pure_accounting_has_no_rho_column(tmp_path):
+    raw = yaml.safe_load(ADULT_POLICY.read_text())
+    raw["accounting"] = "pure"
+    raw.pop("delta", None)
+    policy = tmp_path / "pure.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    db = tmp_path / "s.duckdb"
+    assert run("init", str(db), "--policy", str(policy), "--import",
+               f"adult={ADULT_SAMPLE}").returncode == 0
+    shown = run("budget", "show", db=db)
+    assert shown.returncode == 0, shown.stderr
+    assert "rho" not in shown.stdout
+    assert "remaining" in shown.stdout.splitlines()[0]

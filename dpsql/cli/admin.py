@@ -119,6 +119,7 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, as_json: bool
             else:
                 click.echo("no changes: the store already enforces this policy")
             return
+        session.store.check_policy(new)  # a policy that cannot apply shows no diff first
         if not as_json:
             click.echo(heading(f"changes from {old.fingerprint} to {new.fingerprint}:"))
             for line in changes:
@@ -172,9 +173,11 @@ def _print_budgets(rows: list[Budget], delta: float | None) -> None:
         click.echo("no budgets")
         return
     unit = "epsilon" if delta is None else f"epsilon at delta={delta:g}"
-    click.echo(table(_budget_rows(rows, delta),
-                     ["user", "dataset", "granted", "spent", "remaining", "remaining (rho)"],
-                     right=[2, 3, 4]))
+    data = _budget_rows(rows, delta)
+    headers = ["user", "dataset", "granted", "spent", "remaining", "remaining (rho)"]
+    if not any(row[5] for row in data):  # pure accounting: no rho to show
+        data, headers = [row[:5] for row in data], headers[:5]
+    click.echo(table(data, headers, right=[2, 3, 4]))
     click.echo(f"({unit}" + ("" if delta is None else "; rho adds up, epsilon does not, so "
                              "granted is not spent + remaining in epsilon") + ")")
 

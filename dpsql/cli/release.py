@@ -193,7 +193,8 @@ def release_more_cmd(name: str, copies: int, seed: int | None, db: str, actor: s
         emit_json({"name": name, "release_id": result.release_id, "record": result.record})
         return
     added = result.record["extensions"][-1]["copies"]
-    click.echo(f"added copies {added[0]}-{added[-1]} to released.{name} "
+    click.echo(f"added {'copy' if len(added) == 1 else 'copies'} {_numbers(added)} to "
+               f"released.{name} "
                f"(now {result.record['copies']} copies of {result.record['rows']:,} rows); "
                "no budget spent")
 
@@ -284,7 +285,7 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
         ("cost charged", cost_text(rec["cost"]["charged"])),
         ("cost spent", cost_text(rec["cost"]["spent"])),
         ("columns", ", ".join(rec["columns"])),
-        ("rows", f"{rec['rows']:,} x {rec['copies']} copies" if rec["output"] == "rows"
+        ("rows", _copies(rec['rows'], rec['copies']) if rec["output"] == "rows"
          else f"{rec['rows']:,} rows of counts"),
         ("seed", f"{rec['seed']['value']} ({rec['seed']['source']})"),
         ("products", ", ".join(rec.get("products", [])) or "none"),
@@ -292,7 +293,7 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
         ("released", f"by {rec['released_by']} at {rec['released_at'][:19]}"),
     ]
     for ext in rec.get("extensions", []):
-        facts.append(("more copies", f"{ext['copies'][0]}-{ext['copies'][-1]} by {ext['by']} "
+        facts.append(("more copies", f"{_numbers(ext['copies'])} by {ext['by']} "
                                      f"at {ext['at']}"))
     if entry["superseded_by"]:
         facts.append(("superseded by", entry["superseded_by"]))
@@ -388,3 +389,13 @@ def evaluate_cmd(name: str, copy_number: int | None, out: str | None, no_report:
                f"{evaluation.synthetic.rows_true:,} true rows")
     if paths:
         click.echo(f"report: {paths['html']}")
+
+
+def _numbers(numbers: list[int]) -> str:
+    """Copy numbers as ``3`` or ``2-5``."""
+    return str(numbers[0]) if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
+
+
+def _copies(rows: int, copies: int) -> str:
+    """``4,984`` or ``4,984 x 3 copies``."""
+    return f"{rows:,}" + (f" x {copies} copies" if copies > 1 else "")
