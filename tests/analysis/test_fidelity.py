@@ -83,7 +83,8 @@ def test_identical_tables_score_zero_and_shuffled_columns_do_not():
 def evaluated_store(make_store):
     """Releases at epsilon 1000: noise sd ~0.003 of a count, so the comparisons below are
     deterministic in practice (sampling uses seeded generators)."""
-    path = make_store(release_policy(budget="{epsilon: 5000}", user_budget="{epsilon: 5000}"))
+    path = make_store(release_policy(budget="{epsilon: 5000}", user_budget="{epsilon: 5000}",
+                                     synthesizers="independent, joint, range"))
     columns = ["age", "sex", "race", "income_50k"]
     with dpsql.connect(path, "admin") as admin:
         admin.release("adult", synthesizer="joint", epsilon=1000, columns=columns, name="good",
