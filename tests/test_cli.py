@@ -27,6 +27,14 @@ def run(*args: str, db=None, input_text=None, env_extra=None):
                           text=True, env=env, input=input_text, timeout=300)
 
 
+def adult_store(directory, policy=ADULT_POLICY):
+    """A store made with ``dpsql init`` from the Adult sample under ``policy``."""
+    db = directory / "s.duckdb"
+    made = run("init", str(db), "--policy", str(policy), "--import", f"adult={ADULT_SAMPLE}")
+    assert made.returncode == 0, made.stderr
+    return db
+
+
 def test_help_explains_commands():
     result = run("--help")
     assert result.returncode == 0
@@ -142,9 +150,7 @@ def test_demo_runs(args):
 
 
 def test_audit_shows_a_refused_cost_as_asked_not_charged(tmp_path):
-    db = tmp_path / "s.duckdb"
-    assert run("init", str(db), "--policy", str(ADULT_POLICY), "--import",
-               f"adult={ADULT_SAMPLE}").returncode == 0
+    db = adult_store(tmp_path)
     refused = run("query", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 50) COUNT(*) "
                   "FROM adult", "--user", "alice", db=db)
     assert refused.returncode == dpsql.BudgetExceeded.exit_code, refused.stderr
@@ -159,9 +165,7 @@ def test_audit_shows_a_refused_cost_as_asked_not_charged(tmp_path):
 
 
 def test_policy_check_and_grant_warn_about_budgets_that_cannot_hold(tmp_path):
-    db = tmp_path / "s.duckdb"
-    assert run("init", str(db), "--policy", str(ADULT_POLICY), "--import",
-               f"adult={ADULT_SAMPLE}").returncode == 0
+    db = adult_store(tmp_path)
     spend = run("query", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.9) COUNT(*) "
                 "FROM adult", "--user", "bob", db=db)
     assert spend.returncode == 0, spend.stderr
@@ -186,9 +190,7 @@ def test_policy_check_and_grant_warn_about_budgets_that_cannot_hold(tmp_path):
 
 
 def test_policy_apply_refuses_before_showing_changes(tmp_path):
-    db = tmp_path / "s.duckdb"
-    assert run("init", str(db), "--policy", str(ADULT_POLICY), "--import",
-               f"adult={ADULT_SAMPLE}").returncode == 0
+    db = adult_store(tmp_path)
     raw = yaml.safe_load(ADULT_POLICY.read_text())
     raw["datasets"]["adult"]["columns"]["shoe_size"] = {"type": "integer", "bounds": [30, 50]}
     broken = tmp_path / "broken.yaml"
@@ -205,9 +207,7 @@ def test_budget_show_under_pure_accounting_has_no_rho_column(tmp_path):
     raw.pop("delta", None)
     policy = tmp_path / "pure.yaml"
     policy.write_text(yaml.safe_dump(raw))
-    db = tmp_path / "s.duckdb"
-    assert run("init", str(db), "--policy", str(policy), "--import",
-               f"adult={ADULT_SAMPLE}").returncode == 0
+    db = adult_store(tmp_path, policy)
     shown = run("budget", "show", db=db)
     assert shown.returncode == 0, shown.stderr
     assert "rho" not in shown.stdout

@@ -301,8 +301,12 @@ def _again(call: _Call, text: str) -> Answer:
     return _query(call, _parsed_again(call, text), text)
 
 
-def _same_types(call: _Call, entry: Entry) -> bool:
-    return _column_types(call, entry.plan.dataset) == entry.types
+def _same_types(call: _Call, dataset: Dataset, types: Mapping[str, str]) -> bool:
+    """Whether ``dataset``'s table still has ``types`` (a table that cannot be read has not)."""
+    try:
+        return _column_types(call, dataset) == types
+    except InternalError:
+        return False
 
 
 def _column_types(call: _Call, dataset: Dataset) -> dict[str, str]:
@@ -333,13 +337,8 @@ def _bind(call: _Call, prepared: _Prepared, types: Mapping[str, str] | None = No
     planning the text again then refuses it, and forgets the plan).
     """
     plan = prepared.plan
-    if types is not None:
-        try:
-            changed = _column_types(call, plan.dataset) != types
-        except InternalError:
-            changed = True
-        if changed:
-            raise _TableChanged
+    if types is not None and not _same_types(call, plan.dataset, types):
+        raise _TableChanged
     clamped = clamped_columns(plan)
     enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
                 if c in clamped} if clamped else {}
@@ -362,14 +361,14 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
     try:
         prepared = _prepare(call, entry)
     except (QueryRejected, ConfigurationError):
-        if checked or _same_types(call, entry):
+        if checked or _same_types(call, entry.plan.dataset, entry.types):
             raise
         return _again(call, text)
     plan, store, policy = prepared.plan, call.session.store, call.policy
     dataset = plan.dataset.name
     stored = cache.lookup(store, prepared.key)
     if stored is not None:
-        if not checked and not _same_types(call, entry):
+        if not checked and not _same_types(call, entry.plan.dataset, entry.types):
             return _again(call, text)
         audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
                                    reason=f"same measurement as request {stored.audit_id}")
