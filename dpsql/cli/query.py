@@ -134,6 +134,8 @@ class Shell:
                     break
                 continue
             buffer += line + "\n"
+            if ";" not in line:  # only a ';' can end a statement: no need to read it yet
+                continue
             statements, buffer = split_statements(buffer)
             for statement in statements:
                 self.run(statement)
