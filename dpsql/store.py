@@ -212,6 +212,10 @@ class Store:
             self.flush()
             if self._writer is not None:
                 self._writer.shutdown(wait=True)
+            for state in self._state.values():  # e.g. the free queries' isolated database
+                close = getattr(state, "close", None)
+                if callable(close):
+                    close()
             self._con.close()
 
     # -- deferred writes ------------------------------------------------------------------
@@ -340,15 +344,8 @@ class Store:
                 "FROM dpsql.charges c ANTI JOIN dpsql.audit a ON a.id = c.audit_id")
 
     def _install_udfs(self) -> None:
-        """(Re)create the SQL macros shipped in ``dpsql/udfs/*.sql`` (schema ``udfs``)."""
-        folder = resources.files("dpsql").joinpath("udfs")
-        files = sorted((p for p in folder.iterdir() if p.name.endswith(".sql")),
-                       key=lambda p: p.name)
         with self.transaction() as cur:
-            cur.execute("CREATE SCHEMA IF NOT EXISTS udfs")
-            for file in files:
-                for statement in _statements(file.read_text("utf-8")):
-                    cur.execute(statement)
+            install_udfs(cur)
 
     # -- connections --------------------------------------------------------------
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -622,6 +619,16 @@ def _bound_literal(value: float) -> str:
     if not math.isfinite(number):
         raise ConfigurationError(f"bound {value} is not finite")
     return str(int(number)) if number.is_integer() else repr(number)
+
+
+def install_udfs(con: duckdb.DuckDBPyConnection) -> None:
+    """(Re)create the SQL macros shipped in ``dpsql/udfs/*.sql`` (schema ``udfs``)."""
+    folder = resources.files("dpsql").joinpath("udfs")
+    con.execute("CREATE SCHEMA IF NOT EXISTS udfs")
+    for file in sorted((p for p in folder.iterdir() if p.name.endswith(".sql")),
+                       key=lambda p: p.name):
+        for statement in _statements(file.read_text("utf-8")):
+            con.execute(statement)
 
 
 def _statements(script: str) -> list[str]:

@@ -25,6 +25,7 @@ from concurrent import futures
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
@@ -36,6 +37,7 @@ from dpsql.privacy import PrivacyCost
 from dpsql.query import cache, meta
 from dpsql.query.dialect import nested_too_deeply, reject
 from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared
+from dpsql.query.free import FreeDatabase
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import QueryPlan
 from dpsql.query.options import (
@@ -223,14 +225,18 @@ def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
 
 
 def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
-    check_released(ast, text, meta.released_names(call.session))
-    try:
-        table = call.engine.execute(ast)
-    except EngineError as err:
-        # Released tables are DP already, so the database's message may be shown.
-        raise QueryRejected(f"the query on released tables failed: {err.message}",
-                            construct="query", advice="check the column names (SHOW "
-                            "dpsql.released lists the tables)") from err
+    """A free query: validated, then run on the isolated database (:mod:`dpsql.query.free`)."""
+    store = call.session.store
+    with store.state(FreeDatabase).cursor(store) as (cursor, names):
+        check_released(ast, text, set(names))
+        try:
+            table = cursor.sql(ast.sql(dialect="duckdb")).to_arrow_table()
+        except duckdb.Error as err:
+            # The isolated database holds DP output only, so its message may be shown.
+            raise QueryRejected("the query on released tables failed: "
+                                f"{str(err).splitlines()[0]}", construct="query",
+                                advice="check the column names (SHOW dpsql.released lists the "
+                                "tables)") from err
     audit = call.ledger.record(call.user, None, text, "answered", action="released")
     return Answer(table, "released", call.zero, status=f"SELECT {table.num_rows}",
                   audit_id=audit)

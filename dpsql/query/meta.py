@@ -125,14 +125,6 @@ def datasets_table(session: Session) -> pa.Table:
     return pa.table({k: pa.array(v, pa.string()) for k, v in rows.items()})
 
 
-def released_names(session: Session) -> set[str]:
-    """Lower-case names of the tables in schema ``released``."""
-    rows = session.store.cursor().execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = ?", [SCHEMA]
-    ).fetchall()
-    return {r[0].lower() for r in rows}
-
-
 def released_table(session: Session) -> pa.Table:
     """Released synthetic tables with their provenance summary."""
     cur = session.store.cursor()

@@ -28,7 +28,8 @@ _DENIED = re.compile(
     r"getvariable|set_variable|file\w*|http\w*|s3\w*|to_parquet|copy\w*|export\w*|"
     r"repeat_row|range|generate_series|unnest_table|json_execute_serialized_sql|"
     r"txid_current|pg_\w*|has_\w*_privilege|col_description|obj_description|"
-    r"nextval|currval|setval|lastval|setseed)$",
+    r"nextval|currval|setval|lastval|setseed|histogram_values|json_serialize_plan|"
+    r"json_serialize_sql|json_deserialize_sql)$",
     re.IGNORECASE)
 _WRITES = (exp.DML, exp.DDL, exp.Command, exp.Into, exp.Set, exp.Pragma, exp.Use,
            exp.Copy, exp.Describe, exp.Summarize)
@@ -58,6 +59,10 @@ def check_released(ast: exp.Expr, text: str, existing: set[str]) -> list[str]:
         if isinstance(node, exp.With) and node.args.get("recursive"):
             raise reject(text, "recursive CTEs are not allowed", node,
                          construct="WITH RECURSIVE", advice="use a non-recursive query")
+        if isinstance(node, exp.Lateral) and not isinstance(node.this, exp.Subquery):
+            raise reject(text, f"LATERAL {describe(node.this)} is not allowed", node,
+                         construct="LATERAL", advice="a LATERAL join takes a subquery "
+                         "over released.<table>; table functions are not allowed")
         if isinstance(node, (exp.Placeholder, exp.Parameter)):
             raise reject(text, "query parameters are not supported", node,
                          construct="parameter", advice="write the values into the query")
