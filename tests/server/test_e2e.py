@@ -184,3 +184,23 @@ def test_concurrent_clients_spend_exactly_the_budget(tmp_path: Path):
     with Store.open(store_path) as store:
         standing = Ledger(store, store.active_policy()).budget("carol", "adult")
     assert standing.spent == PrivacyCost.pure("1.0")
+
+
+def test_psql_free_path_reaches_nothing_private(served):
+    """The read-through attacks of the first review, as an analyst's psql session sends them."""
+    attacks = [
+        "SELECT * FROM released.adult_syn CROSS JOIN LATERAL histogram(adult, fnlwgt);",
+        "SELECT * FROM released.adult_syn CROSS JOIN LATERAL histogram_values(adult, age);",
+        "SELECT json_serialize_plan('SELECT min(fnlwgt), max(fnlwgt), count(*) FROM adult');",
+        "SELECT * FROM released.adult_syn, dpsql.credentials;",
+        "SELECT * FROM released.adult_syn, query_table('dpsql.meta');",
+        "SELECT * FROM released.adult_syn, duckdb_tables();",
+    ]
+    done = _psql(served, "alice", "\n".join(attacks) + "\nSELECT count(*) AS n FROM "
+                 "released.adult_syn;\n")
+    assert done.stderr.count("ERROR:  42") == len(attacks), done.stderr
+    assert "internal error" not in done.stderr
+    assert re.search(r"\bn\s*\n-+\s*\n\s*200\s*\n", done.stdout), done.stdout
+    everything = done.stdout + done.stderr
+    assert "SCRAM-SHA-256" not in everything
+    assert not re.search(r"[0-9a-f]{64}", everything)  # the store secret's form
