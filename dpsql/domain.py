@@ -177,8 +177,9 @@ class Domain:
     """The finite public domain of some columns of a dataset.
 
     ``max_rows`` is how many rows one privacy unit may contribute to the bounded
-    source (the sensitivity of a count); ``public_rows`` is the row count when
-    the policy declares it public, else None.
+    source (the sensitivity of a count); ``public_rows`` is the row count the
+    policy declares public (``public_row_count: N``), else None: never a count
+    of the rows.
     """
 
     attributes: tuple[Attribute, ...]
@@ -210,7 +211,8 @@ class Domain:
         if not chosen:
             raise ConfigurationError(f"dataset {dataset.name!r} has no column with a finite "
                                      "public domain; declare values or bins in the policy")
-        return cls(tuple(Attribute(c) for c in chosen), max_rows=dataset.max_rows)
+        return cls(tuple(Attribute(c) for c in chosen), max_rows=dataset.max_rows,
+                   public_rows=dataset.public_row_count)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -261,6 +263,9 @@ class Domain:
 
     def describe(self) -> dict[str, Any]:
         """JSON-able summary (public information only)."""
-        return {"columns": {a.name: {"type": a.column.type, "codes": a.size}
-                            for a in self.attributes},
-                "max_rows": self.max_rows, "public_rows": self.public_rows}
+        out = {"columns": {a.name: {"type": a.column.type, "codes": a.size}
+                           for a in self.attributes},
+               "max_rows": self.max_rows, "public_rows": self.public_rows}
+        if self.public_rows is not None:
+            out["public_rows_source"] = "declared in the policy (public_row_count)"
+        return out

@@ -72,7 +72,8 @@ class Dataset:
     default_query: PrivacyCost | None
     privacy_unit: str | None = None
     max_rows: int = 1
-    public_row_count: bool = False
+    public_row_count: int | None = None
+    legacy_public_count: bool = False
     synthesizers: tuple[str, ...] = ()
     allow_non_dp: bool = False
     allow_options: tuple[str, ...] = ()
@@ -149,8 +150,12 @@ class Policy:
         return cls.from_text(text, source=str(path))
 
     @classmethod
-    def from_text(cls, text: str, source: str = "<policy>") -> Policy:
-        """Validate policy YAML ``text``; ``source`` names it in error messages."""
+    def from_text(cls, text: str, source: str = "<policy>", *, stored: bool = False) -> Policy:
+        """Validate policy YAML ``text``; ``source`` names it in error messages.
+
+        ``stored``: the text comes from a store, where it was valid when applied
+        (see :func:`_old_public_counts`).
+        """
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as err:
@@ -158,7 +163,7 @@ class Policy:
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             problem = getattr(err, "problem", None) or "invalid YAML"
             raise PolicyError(f"{source}: not valid YAML{where}: {problem}") from err
-        return _build(raw, text, source)
+        return _build(raw, text, source, stored)
 
     def diff(self, other: Policy) -> list[str]:
         """Human-readable changes from ``self`` to ``other``, one per line."""
@@ -297,7 +302,7 @@ def _column(name: str, raw: dict[str, Any], source: str, where: str) -> Column:
 
 
 def _dataset(name: str, raw: dict[str, Any], kind: Kind, delta: float | None,
-             source: str) -> Dataset:
+             source: str, legacy: set[str]) -> Dataset:
     where = f"datasets.{name}"
     columns = {
         col: _column(col, spec, source, f"{where}.columns.{col}")
@@ -308,6 +313,13 @@ def _dataset(name: str, raw: dict[str, Any], kind: Kind, delta: float | None,
     if unit is None and max_rows != 1:
         raise _fail(source, where + ".max_rows",
                     "without a privacy_unit each row is one unit, so max_rows must be 1")
+    public_count = raw.get("public_row_count")
+    if public_count is not None and unit is not None:
+        raise _fail(source, where + ".public_row_count",
+                    "a declared row count needs one row per person; with a privacy_unit the "
+                    "number of units is what differential privacy protects, so it cannot be "
+                    "public: remove public_row_count (releases then estimate the count with "
+                    "noise)")
     if unit is not None and unit not in columns:
         raise _fail(source, where + ".privacy_unit",
                     f"column {unit!r} is not declared under columns (declare it, usually as "
@@ -324,7 +336,7 @@ def _dataset(name: str, raw: dict[str, Any], kind: Kind, delta: float | None,
     return Dataset(
         name=name, table=raw["table"], columns=MappingProxyType(columns), budget=budget,
         query_cap=cap, default_query=default, privacy_unit=unit, max_rows=max_rows,
-        public_row_count=raw.get("public_row_count", False),
+        public_row_count=public_count, legacy_public_count=name in legacy,
         synthesizers=tuple(raw.get("synthesizers", ())),
         allow_non_dp=raw.get("allow_non_dp", False),
         allow_options=tuple(raw.get("allow_options", ())),
@@ -359,10 +371,12 @@ def _canonical(raw: dict[str, Any]) -> str:
     return json.dumps(clean(raw), sort_keys=True, separators=(",", ":"))
 
 
-def _build(raw: Any, text: str, source: str) -> Policy:
+def _build(raw: Any, text: str, source: str, stored: bool = False) -> Policy:
     if not isinstance(raw, dict):
         raise PolicyError(f"{source}: a policy is a YAML mapping with version, accounting, "
                           "datasets and users")
+    canonical = _canonical(raw)
+    raw, legacy = _old_public_counts(raw, source, stored)
     _schema_error(source, raw)
     kind: Kind = raw["accounting"]
     delta = raw.get("delta")
@@ -372,7 +386,8 @@ def _build(raw: Any, text: str, source: str) -> Policy:
     if kind == "pure" and delta is not None:
         raise _fail(source, "delta", "accounting: pure has no delta; remove it or use zcdp")
     datasets = {
-        name: _dataset(name, spec, kind, delta, source) for name, spec in raw["datasets"].items()
+        name: _dataset(name, spec, kind, delta, source, legacy)
+        for name, spec in raw["datasets"].items()
     }
     tables = [d.table for d in datasets.values()]
     if len(set(tables)) != len(tables):
@@ -385,9 +400,39 @@ def _build(raw: Any, text: str, source: str) -> Policy:
         raise _fail(source, "users", "declare at least one user with role: admin")
     return Policy(
         accounting=kind, delta=delta, datasets=MappingProxyType(datasets),
-        users=MappingProxyType(users), canonical=_canonical(raw), text=text,
+        users=MappingProxyType(users), canonical=canonical, text=text,
         name=str(raw.get("name", "")), source=source,
     )
+
+
+OLD_PUBLIC_COUNT = (
+    "public_row_count: true (or false) is no longer accepted, because dpsql never takes a count "
+    "of the rows as public: write the number of rows the data owner states as public knowledge "
+    "(e.g. public_row_count: 32561), or remove the line and let each release estimate the "
+    "count with noise")
+
+
+def _old_public_counts(raw: dict[str, Any], source: str,
+                       stored: bool) -> tuple[dict[str, Any], set[str]]:
+    """Refuse the old boolean ``public_row_count``; in a stored policy read it as absent.
+
+    A store applied such a policy before the boolean was dropped: refusing it
+    there would lock everyone out until an admin re-applies, while reading it
+    as "not public" only costs the release a noisy count. Returns the policy
+    without those lines and the datasets that said ``true`` (releases warn).
+    """
+    datasets = raw.get("datasets")
+    if not isinstance(datasets, dict):
+        return raw, set()
+    old = [name for name, spec in datasets.items()
+           if isinstance(spec, dict) and isinstance(spec.get("public_row_count"), bool)]
+    if not old:
+        return raw, set()
+    if not stored:
+        raise _fail(source, f"datasets.{old[0]}.public_row_count", OLD_PUBLIC_COUNT)
+    cleaned = {name: {k: v for k, v in spec.items() if k != "public_row_count"}
+               if name in old else spec for name, spec in datasets.items()}
+    return {**raw, "datasets": cleaned}, {n for n in old if datasets[n]["public_row_count"]}
 
 
 def _diff(old: Any, new: Any, where: str = "") -> list[str]:

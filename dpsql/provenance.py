@@ -171,7 +171,8 @@ def dataset_of(store: Store, record: dict[str, Any]) -> Dataset:
     if not rows:
         raise ReleaseError(f"the policy release {record['name']!r} was made under is not in "
                            "the store")
-    policy = Policy.from_text(rows[0][0], source=f"policy {record['policy_fingerprint']}")
+    policy = Policy.from_text(rows[0][0], source=f"policy {record['policy_fingerprint']}",
+                              stored=True)
     return policy.dataset(record["dataset"]["name"])
 
 

@@ -22,7 +22,7 @@ import secrets
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -35,7 +35,7 @@ from dpsql.errors import ConfigurationError, DPSQLError, InternalError, ReleaseE
 from dpsql.policy import Dataset
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.progress import Progress, silent
-from dpsql.source import bounded_relation, bounded_sql
+from dpsql.source import bounded_relation
 from dpsql.store import Store, check_identifier, now
 from dpsql.synth import base as synth_base
 
@@ -179,8 +179,11 @@ def _plan(session: Session, dataset_name: str, synth_name: str, name: str,
         if epsilon is not None or rho is not None:
             warnings.append(f"{synth_name} is not DP: the budget given was ignored and nothing "
                             "was charged; the release is labelled privacy: empirical")
-    if ds.public_row_count:
-        domain = replace(domain, public_rows=_public_rows(store, ds))
+    if ds.legacy_public_count:
+        warnings.append(f"the policy in force says public_row_count: true for {ds.name!r}, "
+                        "which dpsql no longer honours (it published an exact count); the "
+                        "row count was estimated with noise. Declare the public number "
+                        "(public_row_count: N) and run dpsql policy apply")
     check = getattr(synth, "check", None)
     if callable(check):
         check(domain, cost)
@@ -224,14 +227,6 @@ def _released_tables(store: Store, cur: duckdb.DuckDBPyConnection | None = None)
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 'released'"
     ).fetchall()
     return {r[0] for r in rows}
-
-
-def _public_rows(store: Store, ds: Dataset) -> int:
-    """The bounded row count, public by the policy's ``public_row_count: true``."""
-    sql = f"SELECT count(*) FROM {bounded_sql(ds, store.secret)}"
-    row = store.cursor().execute(sql).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def _statement(dataset: str, synth: str, name: str, epsilon: Any, delta: Any, rho: Any,

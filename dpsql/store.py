@@ -491,7 +491,8 @@ class Store:
         row = self.cursor().execute("SELECT text FROM dpsql.policies WHERE version = ?",
                                     [version]).fetchone()
         assert row is not None
-        policy = Policy.from_text(row[0], source=f"{self.path.name} policy v{version}")
+        policy = Policy.from_text(row[0], source=f"{self.path.name} policy v{version}",
+                                  stored=True)
         self._policy_cache = (version, policy)
         return policy
 

@@ -92,6 +92,15 @@ BAD = {
     "labels_count": (policy_text(columns="\n      sex: {type: categorical, values: [0, 1], "
                                  "labels: [a]}"), "one label per value"),
     "rho_in_pure": (policy_text(budget="{rho: 1}"), "rho needs accounting: zcdp"),
+    "public_row_count_true": (policy_text(extra_dataset="    public_row_count: true\n"),
+                              "datasets.adult.public_row_count: public_row_count: true (or "
+                              "false) is no longer accepted, because dpsql never takes a count "
+                              "of the rows as public: write the number of rows"),
+    "public_row_count_zero": (policy_text(extra_dataset="    public_row_count: 0\n"),
+                              "datasets.adult.public_row_count"),
+    "public_row_count_with_unit": (policy_text(
+        extra_dataset="    privacy_unit: fnlwgt\n    public_row_count: 5000\n"),
+        "with a privacy_unit the number of units is what differential privacy protects"),
 }
 
 
@@ -118,3 +127,21 @@ def test_diff_lists_changes():
     changes = a.diff(b)
     assert "~ datasets.adult.budget.epsilon: 1 -> 2" in changes
     assert a.diff(a) == []
+
+
+def test_a_declared_row_count_is_kept_as_given():
+    policy = Policy.from_text(policy_text(extra_dataset="    public_row_count: 32561\n"))
+    assert policy.dataset("adult").public_row_count == 32561
+    assert Policy.from_text(policy_text()).dataset("adult").public_row_count is None
+
+
+def test_a_stored_policy_saying_true_reads_as_no_public_count():
+    text = policy_text(extra_dataset="    public_row_count: true\n")
+    stored = Policy.from_text(text, stored=True)
+    adult = stored.dataset("adult")
+    assert adult.public_row_count is None
+    assert adult.legacy_public_count
+    # its fingerprint is the one recorded when it was applied: the text's own
+    assert stored.fingerprint != Policy.from_text(policy_text()).fingerprint
+    assert not Policy.from_text(policy_text(extra_dataset="    public_row_count: false\n"),
+                                stored=True).dataset("adult").legacy_public_count

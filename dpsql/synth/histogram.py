@@ -213,9 +213,9 @@ def fit_histogram(method: str, marginals: Sequence[tuple[str, ...]],
 
 def _row_count(domain: Domain, marginals: Sequence[Measurement],
                count: Measurement | None) -> tuple[int, dict[str, Any]]:
-    """The public row count, or a DP estimate combining the noisy count and marginal sums."""
+    """The row count the policy declares, or a DP estimate from the noisy count and marginals."""
     if domain.public_rows is not None:
-        return domain.public_rows, {"source": "public"}
+        return domain.public_rows, {"source": "declared", "rows": domain.public_rows}
     estimates = [(float(m.noisy.sum()), m.variance * m.noisy.size) for m in marginals]
     if count is not None:
         estimates.append((float(count.noisy.sum()), count.variance))

@@ -134,12 +134,13 @@ def test_synthesizers() -> Iterator[None]:
 
 
 def release_policy(accounting: str = "zcdp", *, allow_non_dp: bool = False,
-                   allow_options: str = "[]", public_rows: bool = False,
+                   allow_options: str = "[]", public_rows: int | None = None,
                    synthesizers: str = ALL, budget: str = "{epsilon: 10}",
                    user_budget: str = "{epsilon: 5}") -> str:
     extra = (f"    synthesizers: [{synthesizers}]\n    allow_non_dp: {str(allow_non_dp).lower()}\n"
-             f"    allow_options: {allow_options}\n"
-             f"    public_row_count: {str(public_rows).lower()}\n")
+             f"    allow_options: {allow_options}\n")
+    if public_rows is not None:
+        extra += f"    public_row_count: {public_rows}\n"
     return policy_text(accounting, budget=budget, user_budget=user_budget, extra_dataset=extra)
 
 

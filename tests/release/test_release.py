@@ -122,15 +122,6 @@ def test_pure_accounting_release(make_store):
         assert mechanisms == {"discrete_laplace"}
 
 
-def test_public_row_count_is_used_without_noise(make_store):
-    with dpsql.connect(make_store(release_policy(public_rows=True)), "admin") as admin:
-        result = admin.release("adult", synthesizer="joint", epsilon=1, columns=["sex", "race"],
-                               name="public_n")
-        assert result.record["rows"] == 5000
-        assert result.record["diagnostics"]["row_count"] == {"source": "public"}
-        assert all(m["columns"] for m in result.record["measurements"])  # no count measured
-
-
 def test_replace_keeps_the_old_provenance_superseded(admin_session):
     first = admin_session.release("adult", synthesizer="with_products", epsilon=0.5,
                                   columns=["sex"], name="t")

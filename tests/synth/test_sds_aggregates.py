@@ -335,10 +335,10 @@ def test_fit_spends_at_most_the_budget_and_almost_all_of_it(store, epsilon: floa
 def test_public_row_count_is_used_and_frees_its_share(store) -> None:
     source, domain = source_and_domain(store)
     counted = SDS().fit(source, domain, budget(), np.random.default_rng(0))
-    public = SDS().fit(source, replace(domain, public_rows=5000), budget(),
+    public = SDS().fit(source, replace(domain, public_rows=4321), budget(),
                        np.random.default_rng(0))
-    assert public.rows == 5000
-    assert public.describe()["measurements"][0] == {"measure": "record_count", "public": True}
+    assert public.rows == 4321  # the declared number, not the 5000 rows there are
+    assert public.describe()["measurements"][0] == {"measure": "record_count", "declared": 4321}
     public_k1 = public.describe()["measurements"][1]
     counted_k1 = counted.describe()["measurements"][1]
     assert public_k1["sigma"] < counted_k1["sigma"]

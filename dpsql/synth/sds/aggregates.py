@@ -312,7 +312,7 @@ def aggregate(rows: np.ndarray, items: Items, settings: Settings, budget: Privac
         parts["record_count"] = {"sigma": math.sqrt(sigma2_n), "cost": cost_n.as_dict()}
     else:
         n_rows = public_rows
-        parts["record_count"] = {"public": True}
+        parts["record_count"] = {"declared": public_rows}
     keys = record_keys(rows, seed)
     levels: list[Level] = []
     steps: list[dict[str, Any]] = []
