@@ -290,9 +290,9 @@ def adult(args: argparse.Namespace) -> None:
             mode_copy = copy_at(fitted, mean, rng)
             rows.append({"repeat": r, "parameters": info["model"]["parameters"],
                          "cliques": info["model"]["cliques"],
-                         "laplace_s": diag["laplace"]["seconds"],
+                         "laplace_s": fitted.timings["laplace"],
                          "laplace_iterations": diag["laplace"]["iterations"],
-                         "nuts_s": chain.get("seconds", 0.0), "chain": chain,
+                         "nuts_s": fitted.timings.get("nuts_seconds", 0.0), "chain": chain,
                          "fit_s": wall, "coverage": float(inside.mean()),
                          "coefficients": len(common),
                          "error_mean": workload_error(truth, pair_tables(mode_copy, domain)),
@@ -313,15 +313,16 @@ def adult(args: argparse.Namespace) -> None:
                 steps = chain["leapfrog_steps"]
                 sampler_text = (
                     f" nuts={row['nuts_s']:.1f}s (compile+first chunk "
-                    f"{chain['compile_and_first_chunk_seconds']:.1f}s, "
+                    f"{fitted.timings['nuts_compile_and_first_chunk_seconds']:.1f}s, "
                     f"{steps['mean_per_iteration']:.1f} leapfrog/it, "
-                    f"{chain['ms_per_leapfrog_step']:.2f} ms/leapfrog/chain on "
+                    f"{fitted.timings['nuts_ms_per_leapfrog_step']:.2f} ms/leapfrog/chain on "
                     f"{chain['workers']} threads, step sizes "
                     f"{' '.join(f'{s:.3f}' for s in chain['step_size'])}) "
                     f"max R-hat={chain['max_rhat']:.4f} min ESS={chain['min_ess']:.0f} "
                     f"divergences={chain['divergences']}")
                 if chain.get("pilot"):
-                    sampler_text += (f" [pilot {chain['pilot']['seconds']:.1f}s included; "
+                    sampler_text += (f" [pilot {fitted.timings['nuts_pilot_seconds']:.1f}s "
+                                     "included; "
                                      f"{chain['jump_directions']} jump directions]")
                 if chain["covariance"] == "corrected" or chain["jumps"]:
                     sampler_text += (f" correction acceptance "

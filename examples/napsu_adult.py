@@ -79,7 +79,7 @@ def main() -> None:
         print(f"model: {info['model']['parameters']} parameters, cliques "
               f"{info['model']['cliques']}; about {fitted.rows} rows")
         print(f"NUTS: max R-hat {diag['nuts']['max_rhat']:.3f}, min ESS "
-              f"{diag['nuts']['min_ess']:.0f}, {diag['nuts']['seconds']:.0f} s; warnings: "
+              f"{diag['nuts']['min_ess']:.0f}, {fitted.timings['nuts_seconds']:.0f} s; warnings: "
               f"{diag['warnings'] or 'none'}")
         copies = pd.concat([fitted.sample(fitted.rows, rng).to_pandas().assign(_copy=i)
                             for i in range(10)])

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 RETRY_SAME_SOURCE = 10  # structural zeros: redraws from the same true row before another
 MAX_ROUNDS = 500  # cheap: each round redraws only the rows still failing
+NOT_DP = "statistics of the real rows: not differentially private (privacy: empirical)"
 
 
 @dataclass
@@ -164,11 +165,12 @@ class FittedModp:
             "draws; release without structural_zeros or train longer")
 
     def describe(self) -> dict[str, Any]:
-        """Parameters, DP measurements and (empirical) diagnostics; no row data.
+        """Parameters, DP measurements and (empirical) diagnostics; no row data, no timings.
 
         In DP mode everything here is DP (the seed histogram's descriptors, the
         DP-SGD noise and cost); in empirical mode the diagnostics describe the
-        real rows, which is what an empirical release must show.
+        real rows (their number, the training losses, the section-6 figures),
+        which is what an empirical release must show, labelled as not DP.
         """
         parameters: dict[str, Any] = {
             "mode": self.options.mode, "options": asdict(self.options),
@@ -177,12 +179,13 @@ class FittedModp:
                       "reduced_features": self.options.reduced_features,
                       "categories": self.blocks.width, "columns": list(self.blocks.names),
                       "parameters": self.model.parameter_count()},
-            "rows": self.rows, "spent": self.spent.as_dict(),
+            "spent": self.spent.as_dict(),
         }
         if self.seeds is None:
-            parameters["training"] = self.training
             return {"parameters": parameters, "measurements": [],
-                    "diagnostics": self.diagnostics}
+                    "diagnostics": {"not_dp": NOT_DP, "rows": self.rows,
+                                    "training": self.training, **self.diagnostics}}
+        parameters["rows"] = self.rows  # the seed histogram's DP estimate
         seeds = self.seeds.describe()
         parameters["seeds"] = {"synthesizer": "independent", "spent": self.seeds.spent.as_dict(),
                                "rows": self.seeds.rows, **seeds.get("parameters", {})}

@@ -40,14 +40,14 @@ class Laplace:
     iterations: int
     restarts: int
     grad_norm: float
-    seconds: float
+    seconds: float  # for benchmarks, never described: a release records no timings
     notes: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
-        """JSON-able convergence record."""
+        """JSON-able convergence record (no timings)."""
         return {"converged": self.converged, "iterations": self.iterations,
                 "restarts": self.restarts, "grad_norm": self.grad_norm,
-                "seconds": round(self.seconds, 3), "notes": list(self.notes)}
+                "notes": list(self.notes)}
 
 
 @lru_cache(maxsize=32)
