@@ -8,6 +8,7 @@ import pytest
 
 import dpsql
 from dpsql.errors import ReleaseError
+from dpsql.policy import Policy
 
 from ..conftest import ADULT_SAMPLE
 from .conftest import release_policy
@@ -83,3 +84,8 @@ def test_a_stored_policy_saying_true_estimates_the_count_and_warns(make_store):
         assert result.record["diagnostics"]["row_count"]["source"] == "dp"
         assert result.record["domain"]["public_rows"] is None
         assert any("no longer honours" in w for w in result.warnings)
+        admin.apply_policy(Policy.from_text(release_policy(public_rows=DECLARED)))  # the fix
+        fixed = admin.release("adult", synthesizer="joint", epsilon=1, columns=["sex"],
+                              name="fixed")
+        assert fixed.record["rows"] == DECLARED
+        assert not fixed.warnings
