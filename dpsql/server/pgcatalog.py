@@ -164,6 +164,10 @@ CREATE MACRO dpsql_regnamespace_oid(n) AS (SELECT dpsql_k FROM pgc.dpsql_ns
 CREATE MACRO dpsql_regrole_name(o) AS pg_get_userbyid(o);
 CREATE MACRO dpsql_regrole_oid(n) AS (SELECT dpsql_k FROM pgc.dpsql_roles WHERE dpsql_v = n
     LIMIT 1);
+CREATE MACRO to_regclass(n) AS dpsql_regclass_oid(n);
+CREATE MACRO to_regtype(n) AS dpsql_regtype_oid(n);
+CREATE MACRO to_regnamespace(n) AS dpsql_regnamespace_oid(n);
+CREATE MACRO to_regrole(n) AS dpsql_regrole_oid(n);
 """
 
 # OIDs PostgreSQL gives its own catalog relations (clients sometimes hard-code them).

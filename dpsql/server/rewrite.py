@@ -44,7 +44,7 @@ MACRO_FUNCTIONS = frozenset({
     "quote_ident", "_pg_expandarray", "pg_get_keywords", "current_setting",
     "pg_operator_is_visible", "pg_statistics_obj_is_visible", "pg_ts_config_is_visible",
     "pg_ts_dict_is_visible", "pg_ts_parser_is_visible", "pg_ts_template_is_visible",
-    "getdatabaseencoding",
+    "getdatabaseencoding", "to_regclass", "to_regtype", "to_regnamespace", "to_regrole",
 })
 BUILTIN_FUNCTIONS = frozenset({
     "all", "any", "array_to_string", "string_to_array", "array_position", "array_cat",
@@ -54,8 +54,11 @@ BUILTIN_FUNCTIONS = frozenset({
     "generate_subscripts", "row_number", "rank", "dense_rank", "lag", "lead", "first_value",
     "last_value", "md5", "chr", "ascii", "octet_length", "char_length", "character_length",
     "bit_length", "date_trunc", "date_part", "age", "to_timestamp", "abs", "ceil", "floor",
-    "round", "trunc", "mod", "power", "sqrt", "sign", "div",
+    "round", "trunc", "mod", "power", "sqrt", "sign", "div", "json_build_object",
+    "jsonb_build_object",
 })
+# Built-ins DuckDB spells differently.
+_RENAMED = {"json_build_object": "json_object", "jsonb_build_object": "json_object"}
 # sqlglot's typed functions that must not run even on the catalog (files, settings, ...).
 _FORBIDDEN_TYPED = ("read", "file", "glob", "copy", "attach", "load", "install", "export",
                     "import", "pragma", "setting", "getenv", "env", "system", "query")
@@ -343,7 +346,7 @@ def _rewrite_function(node: exp.Expr, ctx: Context) -> exp.Expr:
     if name in ("current_schemas",):
         return _rewrite_function(exp.CurrentSchemas(this=node.expressions[0]), ctx)
     if name in MACRO_FUNCTIONS or name in BUILTIN_FUNCTIONS:
-        node.set("this", name)
+        node.set("this", _RENAMED.get(name, name))
         return node
     raise CatalogQueryError("42883", f"function {name}() does not exist in dpsql's catalog")
 
@@ -395,6 +398,10 @@ def rewrite(tree: exp.Expr, ctx: Context) -> str:
             replacement = _rewrite_table(node, ctes)
         elif isinstance(node, exp.Func) and not isinstance(node.parent, exp.Table):
             replacement = _rewrite_function(node, ctx)
+        elif isinstance(node, exp.Column) and node.db.lower() in ("pg_catalog",
+                                                                 "information_schema"):
+            node.set("db", None)  # pg_catalog.pg_class.oid: the table name binds it alone
+            replacement = node
         elif isinstance(node, exp.Column) and not node.table and \
                 not node.this.args.get("quoted") and node.name in ("user", "current_role"):
             replacement = exp.Literal.string(ctx.user)
