@@ -43,6 +43,7 @@ class Column:
     labels: tuple[str, ...] | None = None
     decode: str = "uniform"
     nullable: bool = False
+    description: str | None = None  # for humans: shown by SQL clients (\d+, comments)
 
     @property
     def hidden(self) -> bool:
@@ -77,6 +78,7 @@ class Dataset:
     synthesizers: tuple[str, ...] = ()
     allow_non_dp: bool = False
     allow_options: tuple[str, ...] = ()
+    description: str | None = None
 
     def column(self, name: str) -> Column:
         """The named column; unknown names raise with a did-you-mean."""
@@ -278,7 +280,8 @@ def _column(name: str, raw: dict[str, Any], source: str, where: str) -> Column:
         if labels is not None and len(labels) != len(values):
             raise _fail(source, where + ".labels", f"give one label per value ({len(values)})")
         return Column(name, "categorical", values=values, labels=tuple(labels) if labels else None,
-                      decode=raw.get("decode", "label"), nullable=None in values)
+                      decode=raw.get("decode", "label"), nullable=None in values,
+                      description=raw.get("description"))
     if "values" in raw:
         raise _fail(source, where, f"a {col_type} column takes bounds, not values")
     if "bounds" not in raw:
@@ -298,7 +301,7 @@ def _column(name: str, raw: dict[str, Any], source: str, where: str) -> Column:
         raise _fail(source, where + ".decode", "decode: label needs labels: [...]")
     return Column(name, col_type, bounds=(lo, hi), edges=edges,
                   labels=tuple(labels) if labels else None, decode=decode,
-                  nullable=raw.get("nullable", False))
+                  nullable=raw.get("nullable", False), description=raw.get("description"))
 
 
 def _dataset(name: str, raw: dict[str, Any], kind: Kind, delta: float | None,
@@ -340,6 +343,7 @@ def _dataset(name: str, raw: dict[str, Any], kind: Kind, delta: float | None,
         synthesizers=tuple(raw.get("synthesizers", ())),
         allow_non_dp=raw.get("allow_non_dp", False),
         allow_options=tuple(raw.get("allow_options", ())),
+        description=raw.get("description"),
     )
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import duckdb
 import pyarrow as pa
 
+from dpsql.policy import Dataset
 from dpsql.server import pgcatalog, rewrite
 from dpsql.server.pgcatalog import Client, Relation
 from dpsql.store import HARDENED_CONFIG, Store
@@ -35,9 +35,11 @@ def relations(store: Store) -> tuple[Relation, ...]:
     for ds in policy.datasets.values():
         types = store.table_columns(ds.table)
         columns = tuple((c.name, types.get(c.name, "VARCHAR")) for c in ds.visible_columns)
+        about = f"{ds.description}; " if ds.description else f"dataset {ds.name}: "
         out.append(Relation("public", ds.name, columns,
-                            f"dataset {ds.name}: aggregate queries only, answered with "
-                            "differential privacy and charged to your budget"))
+                            about + "aggregate queries only, answered with differential "
+                            "privacy and charged to your budget",
+                            _column_comments(ds, [name for name, _ in columns])))
     provenance = {
         name: (dataset, synthesizer, privacy, released_at)
         for name, dataset, synthesizer, privacy, released_at in store.cursor().execute(
@@ -47,6 +49,7 @@ def relations(store: Store) -> tuple[Relation, ...]:
         columns = tuple(store.table_columns(table, schema="released").items())
         origin = provenance.get(table)
         parent = next((name for name in provenance if table.startswith(name + "_")), None)
+        source = origin[0] if origin else provenance[parent][0] if parent else ""
         if origin:
             comment = (f"synthetic release of dataset {origin[0]} by {origin[1]} "
                        f"({origin[2]}), released {origin[3]:%Y-%m-%d %H:%M}")
@@ -54,8 +57,16 @@ def relations(store: Store) -> tuple[Relation, ...]:
             comment = f"a DP product of release {parent} (see dpsql releases {parent})"
         else:
             comment = "released synthetic table"
-        out.append(Relation("released", table, columns, comment))
+        out.append(Relation("released", table, columns, comment,
+                            _column_comments(policy.datasets.get(source),
+                                             [name for name, _ in columns])))
     return tuple(out)
+
+
+def _column_comments(dataset: Dataset | None, names: list[str]) -> tuple[str | None, ...]:
+    """The policy's description of each named column (None where it has none)."""
+    described = {c.name: c.description for c in dataset.visible_columns} if dataset else {}
+    return tuple(described.get(name) for name in names)
 
 
 def _released_tables(store: Store) -> list[str]:
@@ -129,11 +140,12 @@ class ConnectionCatalog:
     _cursor: duckdb.DuckDBPyConnection | None = None
     _built: _Built | None = None
     _settings: dict[str, str] = field(default_factory=dict)
+    _cursors: tuple[tuple[str, bool], ...] = ()
     _running: threading.Event = field(default_factory=threading.Event)
     _interrupted: threading.Event = field(default_factory=threading.Event)
     _statement: int = 0  # counts arm(): an interrupt repeats only within its statement
 
-    def _ready(self, settings: Mapping[str, str]) -> duckdb.DuckDBPyConnection:
+    def _ready(self, ctx: rewrite.Context) -> duckdb.DuckDBPyConnection:
         built = self.source.current()
         if self._cursor is None or self._built is not built:
             if self._cursor is not None:
@@ -142,15 +154,19 @@ class ConnectionCatalog:
             self._built = built
             pgcatalog.attach_client(self._cursor, self.client)
             self._settings = dict(self.client.settings)
-        if dict(settings) != self._settings:
-            pgcatalog.set_settings(self._cursor, settings)
-            self._settings = dict(settings)
+            self._cursors = ()
+        if dict(ctx.settings) != self._settings:
+            pgcatalog.set_settings(self._cursor, ctx.settings)
+            self._settings = dict(ctx.settings)
+        if ctx.cursors != self._cursors:
+            pgcatalog.set_cursors(self._cursor, ctx.cursors)
+            self._cursors = ctx.cursors
         return self._cursor
 
     def run(self, tree: rewrite.exp.Expr, ctx: rewrite.Context) -> pa.Table:
         """Answer a catalog query (raises CatalogQueryError for what the catalog lacks)."""
         sql = rewrite.rewrite(tree, ctx)
-        cursor = self._ready(ctx.settings)
+        cursor = self._ready(ctx)
         if self._interrupted.is_set():
             raise _interrupted()
         self._running.set()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 
 from dpsql.errors import DPSQLError
-from dpsql.server import auth
+from dpsql.server import auth, copyout
 from dpsql.server import messages as m
 from dpsql.server.catalog import ConnectionCatalog
 from dpsql.server.pgcatalog import Client
@@ -386,7 +386,9 @@ class Connection:
             except StatementError as err:
                 self._error(err)
                 break
-            if outcome.table is not None:
+            if outcome.copy is not None:
+                await self._write_copy(outcome, rows)
+            elif outcome.table is not None:
                 self.writer.write(m.row_description(row_fields(outcome.table.schema,
                                                                _text_formats)))
                 await self._write_rows(rows)
@@ -407,11 +409,20 @@ class Connection:
         assert self.router is not None
         if outcome.table is None:
             return []
+        if outcome.copy is not None:
+            lines = copyout.lines(outcome.table, outcome.copy, self.router.timezone)
+            return [m.copy_data(line) for line in lines]
         try:
             return encode_rows(outcome.table, formats, self.router.timezone)
         except UnsupportedFormat as err:
             self.router.failed()
             raise StatementError("0A000", str(err)) from err
+
+    async def _write_copy(self, outcome: Outcome, rows: Sequence[bytes]) -> None:
+        assert outcome.table is not None
+        self.writer.write(m.copy_out_response(outcome.table.num_columns))
+        await self._write_rows(rows)
+        self.writer.write(m.copy_done())
 
     async def _write_rows(self, rows: Sequence[bytes]) -> None:
         for start in range(0, len(rows), ROWS_PER_WRITE):
@@ -486,13 +497,18 @@ class Connection:
                         "and cannot before the parameters are bound",
                         hint="bind the parameters first (pgjdbc: prepareThreshold=0)")
                 statement.cached = await self._statement(self.router.run, statement.text)
-                table = statement.cached.table
+                table = statement.cached.table if statement.cached.copy is None else None
                 schema = table.schema if table is not None else None
             self.writer.write(m.row_description(row_fields(schema, _text_formats))
                               if schema is not None and len(schema) else m.no_data())
             return
+        cursor = self.router.cursors.get(name)
+        if name not in self.portals and cursor is not None:  # DECLAREd: SQL cursors are portals
+            self.writer.write(m.row_description(row_fields(cursor.table.schema, _text_formats)))
+            return
         portal = await self._portal_outcome(name)
-        table = portal.outcome.table if portal.outcome else None
+        outcome = portal.outcome
+        table = outcome.table if outcome is not None and outcome.copy is None else None
         self.writer.write(m.row_description(row_fields(table.schema, portal.result_formats))
                           if table is not None else m.no_data())
 
@@ -514,6 +530,9 @@ class Connection:
         outcome = portal.outcome
         assert outcome is not None
         assert portal.rows is not None
+        if outcome.copy is not None:
+            await self._write_copy(outcome, portal.rows)
+            portal.sent = len(portal.rows)
         end = len(portal.rows) if not max_rows else min(len(portal.rows), portal.sent + max_rows)
         await self._write_rows(portal.rows[portal.sent:end])
         portal.sent = end

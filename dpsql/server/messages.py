@@ -413,3 +413,18 @@ def error_response(code: str, message: str, *, severity: str = "ERROR",
 def notice_response(message: str, *, code: str = "00000", severity: str = "NOTICE") -> bytes:
     """NoticeResponse (NOTICE, WARNING) with a SQLSTATE and message."""
     return _message(b"N", _fields(severity, code, message, None, None, None))
+
+
+def copy_out_response(columns: int) -> bytes:
+    """CopyOutResponse: COPY data in text format follows, ``columns`` fields a row."""
+    return _message(b"H", b"\x00" + _INT16.pack(columns) + _INT16.pack(0) * columns)
+
+
+def copy_data(data: bytes) -> bytes:
+    """CopyData: one line of COPY output."""
+    return _message(b"d", data)
+
+
+def copy_done() -> bytes:
+    """CopyDone: the COPY output is complete."""
+    return _message(b"c")

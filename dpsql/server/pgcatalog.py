@@ -205,6 +205,7 @@ class Relation:
     name: str
     columns: tuple[tuple[str, str], ...]
     description: str | None = None
+    column_descriptions: tuple[str | None, ...] = ()  # by column position; may be shorter
     kind: str = "r"
 
 
@@ -360,6 +361,9 @@ def _fill_relations(con: duckdb.DuckDBPyConnection, relations: Sequence[Relation
                 "attstorage": "p" if pg.size > 0 else "x", "attcompression": "",
                 "attidentity": "", "attgenerated": "", "attislocal": True,
                 "attcollation": 100 if pg.category == "S" else 0}))
+            about = rel.column_descriptions[number - 1:number]
+            if about and about[0]:
+                descriptions.append((oid, _KNOWN_RELATION_OIDS["pg_class"], number, about[0]))
         if rel.description:
             descriptions.append((oid, _KNOWN_RELATION_OIDS["pg_class"], 0, rel.description))
     for name, oid in NAMESPACES.items():
@@ -390,6 +394,13 @@ def _fill_client(con: duckdb.DuckDBPyConnection, client: Client) -> None:
         "datlocprovider": "c", "datallowconn": True, "datconnlimit": -1,
         "dattablespace": 1663, "datcollate": "C", "datctype": "C"})])
     set_settings(con, client.settings)
+
+
+def set_cursors(con: duckdb.DuckDBPyConnection, cursors: Sequence[tuple[str, bool]]) -> None:
+    """Replace the rows of pg_cursors with the connection's open cursors (name, holdable)."""
+    con.execute("DELETE FROM temp.pg_cursors")
+    _insert(con, "pg_cursors", [_full("pg_cursors", {
+        "name": name, "is_holdable": hold, "is_scrollable": True}) for name, hold in cursors])
 
 
 def set_settings(con: duckdb.DuckDBPyConnection, settings: Mapping[str, str]) -> None:

@@ -202,7 +202,10 @@ TABLES: dict[str, list[tuple[str, str]]] = {
 }
 TABLES["pg_authid"] = TABLES["pg_roles"]
 # Tables whose rows describe the connected client: one copy per connection (temp tables).
-CLIENT_TABLES = ("pg_roles", "pg_authid", "pg_user", "pg_database", "pg_settings")
+TABLES["pg_cursors"] = [("name", _S), ("statement", _S), ("is_holdable", _B),
+                        ("is_binary", _B), ("is_scrollable", _B),
+                        ("creation_time", "TIMESTAMPTZ")]
+CLIENT_TABLES = ("pg_roles", "pg_authid", "pg_user", "pg_database", "pg_settings", "pg_cursors")
 
 # Views over the tables (PostgreSQL has them as views too).
 VIEWS: dict[str, str] = {

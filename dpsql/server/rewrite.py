@@ -82,6 +82,7 @@ class Context:
     pid: int
     version: str
     started: str
+    cursors: tuple[tuple[str, bool], ...] = ()  # open SQL cursors: name, holdable
 
 
 def _cte_names(tree: exp.Expr) -> set[str]:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from dpsql.errors import DPSQLError, QueryRejected
-from dpsql.server import rewrite
+from dpsql.server import copyout, cursors, rewrite
 from dpsql.server.catalog import ConnectionCatalog
 from dpsql.server.pgtypes import time_zone
 from dpsql.server.sqltext import strip_comments
@@ -108,6 +108,7 @@ class Outcome:
     parameter_status: dict[str, str] = field(default_factory=dict)
     deallocate: str | None = None  # a prepared statement name, or "ALL"
     discard: bool = False
+    copy: copyout.CopyFormat | None = None  # the rows go out as COPY data in this format
 
 
 _SET = re.compile(r"^SET\s+(?:(?:SESSION|LOCAL)\s+)?(?P<name>[A-Za-z_][\w.]*|\"[^\"]+\")\s*"
@@ -125,9 +126,11 @@ _SAVEPOINT = re.compile(r"^(SAVEPOINT|RELEASE|ROLLBACK\s+(WORK\s+|TRANSACTION\s+
 _DEALLOCATE = re.compile(r"^DEALLOCATE\s+(PREPARE\s+)?(?P<name>\w+|\"[^\"]+\")$", re.I)
 _QUERY_START = re.compile(r"^[\s(]*(SELECT|WITH|VALUES|TABLE)\b", re.I)
 _UNSUPPORTED = [
-    (re.compile(r"^COPY\b", re.I), "COPY is not supported; read results with a query"),
-    (re.compile(r"^(DECLARE|FETCH|MOVE)\b", re.I),
-     "SQL cursors are not supported; fetch the whole (small) DP result instead"),
+    (re.compile(r"^COPY\b", re.I), "COPY reads no files and writes none; copy a query's "
+     "answer out with COPY (SELECT ...) TO STDOUT (psql: \\copy (SELECT ...) TO 'file')"),
+    (re.compile(r"^(DECLARE|FETCH|MOVE|CLOSE)\b", re.I),
+     "this cursor statement is not supported; write DECLARE name [WITH HOLD] CURSOR FOR "
+     "SELECT ..., FETCH [FORWARD n | ALL] FROM name, CLOSE name"),
     (re.compile(r"^(PREPARE|EXECUTE)\b", re.I),
      "SQL-level PREPARE/EXECUTE are not supported; drivers' prepared statements work"),
     (re.compile(r"^(LISTEN|NOTIFY)\b", re.I), "LISTEN/NOTIFY are not supported"),
@@ -180,6 +183,7 @@ class Router:
         self.pid = pid
         self.started = started
         self.txn = "I"  # ReadyForQuery status: I idle, T in a block, E failed block
+        self.cursors: dict[str, cursors.Cursor] = {}
         self.settings = dict(DEFAULTS, session_authorization=user)
         for name, value in (startup or {}).items():
             if name in ("user", "database", "replication", "options") or name.startswith("_pq_"):
@@ -277,10 +281,14 @@ class Router:
                            [("WARNING", "25P01", "there is no transaction in progress")])
         failed = self.txn == "E"
         self.txn = "I"
+        self.cursors = {name: c for name, c in self.cursors.items() if c.hold}
         return Outcome(None, "ROLLBACK" if rollback or failed else "COMMIT")
 
     # -- dispatch -------------------------------------------------------------------------
     def _dispatch(self, sql: str, text: str) -> Outcome:
+        special = self._copy(sql) or self._cursor(sql)
+        if special is not None:
+            return special
         for pattern, message in _UNSUPPORTED:
             if pattern.match(sql):
                 raise StatementError("0A000", message)
@@ -294,6 +302,58 @@ class Router:
                 return self._catalog(tree)
         return self._session(text)
 
+    def _query(self, query: str, statement: str) -> Outcome:
+        """The outcome of a query that COPY or DECLARE wraps, as if it had been sent alone."""
+        if not _QUERY_START.match(query):
+            raise StatementError("42601", f"{statement} takes a query: SELECT, WITH, VALUES or "
+                                 "TABLE")
+        return self._dispatch(query, query)
+
+    def _copy(self, sql: str) -> Outcome | None:
+        try:
+            statement = copyout.parse(sql)
+        except copyout.CopyOptionError as err:
+            raise StatementError("0A000", str(err)) from err
+        if statement is None:
+            return None
+        answer = self._query(statement.query, "COPY")
+        table = answer.table if answer.table is not None else pa.table({})
+        return Outcome(table, f"COPY {table.num_rows}", answer.notices, copy=statement.format)
+
+    def _cursor(self, sql: str) -> Outcome | None:
+        declare = cursors.parse_declare(sql)
+        if declare is not None:
+            if declare.binary:
+                raise StatementError("0A000", "binary cursors are not supported; ask for "
+                                     "binary results in the protocol instead")
+            if self.txn == "I" and not declare.hold:
+                raise StatementError("25P01", "DECLARE CURSOR can only be used in transaction "
+                                     "blocks", hint="BEGIN first, or DECLARE ... WITH HOLD")
+            if declare.name in self.cursors:
+                raise StatementError("42P03", f'cursor "{declare.name}" already exists')
+            answer = self._query(declare.query, "DECLARE CURSOR")
+            table = answer.table if answer.table is not None else pa.table({})
+            self.cursors[declare.name] = cursors.Cursor(table, declare.hold)
+            return Outcome(None, "DECLARE CURSOR", answer.notices)
+        if sql.upper() == "CLOSE ALL":
+            self.cursors.clear()
+            return Outcome(None, "CLOSE CURSOR ALL")
+        fetch = cursors.parse_fetch(sql)
+        closed = cursors.parse_close(sql)
+        if fetch is None and closed is None:
+            return None
+        name = fetch.name if fetch is not None else closed
+        if name not in self.cursors:
+            raise StatementError("34000", f'cursor "{name}" does not exist')
+        if fetch is None:
+            del self.cursors[name]
+            return Outcome(None, "CLOSE CURSOR")
+        cursor = self.cursors[name]
+        rows = cursor.step(fetch.direction)
+        if fetch.move:
+            return Outcome(None, f"MOVE {len(rows)}")
+        return Outcome(cursor.table.take(pa.array(rows, pa.int64())), f"FETCH {len(rows)}")
+
     def _client(self, sql: str) -> Outcome | None:
         upper = sql.upper()
         if upper in ("DISCARD ALL", "DISCARD PLANS", "DISCARD SEQUENCES", "DISCARD TEMP",
@@ -306,8 +366,8 @@ class Router:
                 return Outcome(None, "DISCARD ALL", parameter_status=changed, discard=True,
                                deallocate="ALL")
             return Outcome(None, upper)
-        if upper in ("UNLISTEN *", "CLOSE ALL"):
-            return Outcome(None, "UNLISTEN" if upper.startswith("UNLISTEN") else "CLOSE CURSOR ALL")
+        if upper == "UNLISTEN *":
+            return Outcome(None, "UNLISTEN")
         dealloc = _DEALLOCATE.match(sql)
         if dealloc:
             name = dealloc.group("name")
@@ -367,6 +427,7 @@ class Router:
 
     def _reset_all(self) -> dict[str, str]:
         before = dict(self.settings)
+        self.cursors.clear()
         self.settings = dict(self._initial)
         self.reset_options()
         return {k: v for k, v in self.settings.items() if k in REPORTED and before.get(k) != v}
@@ -375,7 +436,8 @@ class Router:
         version = (f"PostgreSQL {SERVER_VERSION} (dpsql: differentially private SQL over "
                    "DuckDB)")
         return rewrite.Context(self.user, self.database, self.settings, self.pid, version,
-                               self.started)
+                               self.started,
+                               tuple((name, c.hold) for name, c in self.cursors.items()))
 
     def _catalog(self, tree: rewrite.exp.Expr) -> Outcome:
         try:

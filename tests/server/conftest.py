@@ -31,13 +31,14 @@ accounting: pure
 datasets:
   adult:
     table: adult
+    description: Adult census sample
     budget: {epsilon: 100}
     query_cap: {epsilon: 1}
     default_query: {epsilon: 0.1}
     synthesizers: [independent]
     columns:
-      age: {type: integer, bounds: [0, 84], bins: 10}
-      sex: {type: categorical, values: [0, 1]}
+      age: {type: integer, bounds: [0, 84], bins: 10, description: age in whole years}
+      sex: {type: categorical, values: [0, 1], description: "1: male, 0: female"}
       race: {type: categorical, values: [0, 1, 2, 3, 4]}
       education_num: {type: integer, bounds: [0, 15], bins: 1}
       income_50k: {type: categorical, values: [0, 1]}
