@@ -29,12 +29,13 @@ class FakeHandler:
     def __init__(self) -> None:
         self.seen: list[str] = []
         self.error: Exception | None = None
+        self.table = pa.table({"n": [1]})
 
     def __call__(self, text: str) -> Reply:
         self.seen.append(text)
         if self.error is not None:
             raise self.error
-        return Reply(pa.table({"n": [1]}), "SELECT 1", "cost epsilon=0.1")
+        return Reply(self.table, f"SELECT {self.table.num_rows}", "cost epsilon=0.1")
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +197,50 @@ def test_internal_errors_never_show_their_message(router, handler):
     assert caught.value.sqlstate == "XX000"
     assert "4242" not in caught.value.message
     assert "reference" in caught.value.message
+
+
+def test_a_cursor_answers_its_query_once_and_hands_it_out_in_pieces(router, handler):
+    handler.table = pa.table({"n": list(range(10))})
+    router.run("BEGIN")
+    declared = router.run("DECLARE c CURSOR FOR SELECT n FROM adult_syn")
+    assert (declared.tag, declared.table) == ("DECLARE CURSOR", None)
+    assert declared.notices == [("NOTICE", "00000", "cost epsilon=0.1")]
+    fetched = [router.run(f"FETCH {d} FROM c") for d in ("2", "FORWARD 3", "NEXT")]
+    assert [f.table.column("n").to_pylist() for f in fetched] == [[0, 1], [2, 3, 4], [5]]
+    assert [f.tag for f in fetched] == ["FETCH 2", "FETCH 3", "FETCH 1"]
+    assert router.run("MOVE ABSOLUTE 8 IN c").tag == "MOVE 1"
+    assert router.run("FETCH ALL c").table.column("n").to_pylist() == [8, 9]
+    assert router.run("FETCH c").tag == "FETCH 0"
+    assert handler.seen == ["SELECT n FROM adult_syn"]  # charged once, whatever was fetched
+    assert router.run("CLOSE c").tag == "CLOSE CURSOR"
+    with pytest.raises(StatementError) as closed:
+        router.run("FETCH c")
+    assert closed.value.sqlstate == "34000"
+
+
+def test_cursors_end_with_their_transaction_unless_held(router, handler):
+    router.run("BEGIN")
+    router.run("DECLARE passing CURSOR FOR SELECT n FROM adult_syn")
+    router.run('DECLARE "Held" CURSOR WITH HOLD FOR SELECT n FROM adult_syn')
+    router.run("COMMIT")
+    assert router.run('FETCH 1 FROM "Held"').tag == "FETCH 1"
+    with pytest.raises(StatementError):
+        router.run("FETCH passing")
+    router.run("DISCARD ALL")
+    with pytest.raises(StatementError):
+        router.run('FETCH 1 FROM "Held"')
+    assert len(handler.seen) == 2
+
+
+def test_copy_answers_the_inner_query_once_in_the_format_asked(router, handler):
+    outcome = router.run("COPY (SELECT n FROM adult_syn) TO STDOUT WITH (FORMAT csv, HEADER)")
+    assert handler.seen == ["SELECT n FROM adult_syn"]
+    assert outcome.tag == "COPY 1"
+    assert outcome.table is not None
+    assert outcome.table.column_names == ["n"]
+    assert outcome.copy is not None
+    assert outcome.copy.csv
+    assert outcome.copy.header
+    assert outcome.notices == [("NOTICE", "00000", "cost epsilon=0.1")]
+    router.run("COPY released.adult_syn (age, sex) TO STDOUT")
+    assert handler.seen[-1] == "SELECT age, sex FROM released.adult_syn"
