@@ -11,6 +11,7 @@ end (SIGTERM, a clean shutdown).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import signal
@@ -18,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
@@ -44,6 +46,18 @@ def start_server(db: Path) -> tuple[subprocess.Popen[str], int]:
     raise RuntimeError("the server did not start")
 
 
+@contextlib.contextmanager
+def serving(db: Path) -> Iterator[int]:
+    """A server on ``db`` for the block (its port), stopped after it (SIGTERM)."""
+    server, port = start_server(db)
+    try:
+        yield port
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+        print("server stopped with exit code", server.returncode)
+
+
 def main() -> None:
     if importlib.util.find_spec("dpsql.query") is None:  # the engine behind session.sql
         print("this build of dpsql has no SQL engine yet (dpsql.query); nothing to serve")
@@ -54,8 +68,7 @@ def main() -> None:
         auth.set_password(store, "alice", PASSWORD)  # what `dpsql user add alice` does
         store.close()
 
-        server, port = start_server(db)
-        try:
+        with serving(db) as port:
             dsn = f"host=127.0.0.1 port={port} dbname=adult user=alice password={PASSWORD}"
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.add_notice_handler(lambda d: print("  NOTICE:", d.message_primary))
@@ -87,10 +100,6 @@ def main() -> None:
                     frame = pd.read_sql("SELECT race, COUNT(*) AS n FROM adult GROUP BY race "
                                         "ORDER BY race", conn)
                 print(frame.to_string(index=False))
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
-            print("server stopped with exit code", server.returncode)
 
 
 if __name__ == "__main__":

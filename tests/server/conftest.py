@@ -42,7 +42,7 @@ datasets:
       race: {type: categorical, values: [0, 1, 2, 3, 4]}
       education_num: {type: integer, bounds: [0, 15], bins: 1}
       income_50k: {type: categorical, values: [0, 1]}
-      fnlwgt: {type: hidden}
+      fnlwgt: {type: hidden, description: census sampling weight}
 users:
   admin: {role: admin, budgets: {adult: {epsilon: 10}}}
   alice: {role: analyst, budgets: {adult: {epsilon: 5}}}

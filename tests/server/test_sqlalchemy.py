@@ -136,4 +136,5 @@ def test_psql_shows_column_descriptions(served):
     assert "age in whole years" in done.stdout, done.stderr
     assert "1: male, 0: female" in done.stdout
     assert "fnlwgt" not in done.stdout
+    assert "sampling weight" not in done.stdout  # a hidden column's description stays hidden
     assert "ERROR" not in done.stderr, done.stderr
