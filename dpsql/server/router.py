@@ -302,7 +302,7 @@ class Router:
                 return self._catalog(tree)
         return self._session(text)
 
-    def _query(self, query: str, statement: str) -> Outcome:
+    def _inner(self, query: str, statement: str) -> Outcome:
         """The outcome of a query that COPY or DECLARE wraps, as if it had been sent alone."""
         if not _QUERY_START.match(query):
             raise StatementError("42601", f"{statement} takes a query: SELECT, WITH, VALUES or "
@@ -316,7 +316,7 @@ class Router:
             raise StatementError("0A000", str(err)) from err
         if statement is None:
             return None
-        answer = self._query(statement.query, "COPY")
+        answer = self._inner(statement.query, "COPY")
         table = answer.table if answer.table is not None else pa.table({})
         return Outcome(table, f"COPY {table.num_rows}", answer.notices, copy=statement.format)
 
@@ -331,7 +331,7 @@ class Router:
                                      "blocks", hint="BEGIN first, or DECLARE ... WITH HOLD")
             if declare.name in self.cursors:
                 raise StatementError("42P03", f'cursor "{declare.name}" already exists')
-            answer = self._query(declare.query, "DECLARE CURSOR")
+            answer = self._inner(declare.query, "DECLARE CURSOR")
             table = answer.table if answer.table is not None else pa.table({})
             self.cursors[declare.name] = cursors.Cursor(table, declare.hold)
             return Outcome(None, "DECLARE CURSOR", answer.notices)
@@ -363,6 +363,7 @@ class Router:
                     raise StatementError("25001", "DISCARD ALL cannot run inside a transaction "
                                          "block")
                 changed = self._reset_all()
+                self.cursors.clear()
                 return Outcome(None, "DISCARD ALL", parameter_status=changed, discard=True,
                                deallocate="ALL")
             return Outcome(None, upper)
@@ -427,7 +428,6 @@ class Router:
 
     def _reset_all(self) -> dict[str, str]:
         before = dict(self.settings)
-        self.cursors.clear()
         self.settings = dict(self._initial)
         self.reset_options()
         return {k: v for k, v in self.settings.items() if k in REPORTED and before.get(k) != v}

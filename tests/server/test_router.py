@@ -226,6 +226,8 @@ def test_cursors_end_with_their_transaction_unless_held(router, handler):
     assert router.run('FETCH 1 FROM "Held"').tag == "FETCH 1"
     with pytest.raises(StatementError):
         router.run("FETCH passing")
+    router.run("RESET ALL")  # resets parameters, keeps cursors (as PostgreSQL does)
+    assert router.run('FETCH 1 FROM "Held"').tag == "FETCH 0"
     router.run("DISCARD ALL")
     with pytest.raises(StatementError):
         router.run('FETCH 1 FROM "Held"')
