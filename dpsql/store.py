@@ -100,7 +100,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
 
 logger = logging.getLogger(__name__)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_open_stores: dict[str, Store] = {}
+_open_stores: dict[tuple[int, int] | None, Store] = {}  # by (device, inode): links share one
 _open_lock = threading.Lock()
 _ID_BLOCK = 64
 T = TypeVar("T")
@@ -156,6 +156,15 @@ def read_file(path: str | Path, *, na: str | None = None) -> pa.Table:
         reader.close()
 
 
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``, or None when there is none."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
 class Store:
     """An open governed DuckDB file. Use :meth:`open` (shared per process) or :meth:`create`."""
 
@@ -163,6 +172,7 @@ class Store:
         self.path = path
         self._con = connection
         self._users = 1
+        self._key: tuple[int, int] | None = None  # (device, inode) of the file, once open
         self.lock = threading.RLock()  # serializes writes that must read-check-write
         self.pending: list[Any] = []  # ledger charges waiting for the next group commit
         self.pending_lock = threading.Lock()
@@ -178,28 +188,36 @@ class Store:
     # -- opening ----------------------------------------------------------------
     @classmethod
     def open(cls, path: str | Path, *, create: bool = False) -> Store:
-        """Open (or with ``create`` make) the store at ``path``; one instance per process."""
+        """Open (or with ``create`` make) the store at ``path``; one instance per process.
+
+        The instance is found by the file's device and inode, so the same file
+        reached through a hard link, a symlink or another name shares it: two
+        DuckDB instances on one file would each keep their own charges.
+        """
         resolved = Path(path).expanduser().resolve()
-        key = str(resolved)
         with _open_lock:
-            existing = _open_stores.get(key)
+            key = _file_identity(resolved)
+            if key is not None and create:
+                raise StoreError(f"{path} already exists; open it instead, or choose a new path")
+            if key is None and not create:
+                raise StoreError(f"no store at {path}; create one with: dpsql init {path} "
+                                 "--policy POLICY.yaml")
+            existing = _open_stores.get(key) if key is not None else None
             if existing is not None:
                 existing._users += 1
                 return existing
-            if not resolved.exists() and not create:
-                raise StoreError(f"no store at {path}; create one with: dpsql init {path} "
-                                 "--policy POLICY.yaml")
-            if resolved.exists() and create:
-                raise StoreError(f"{path} already exists; open it instead, or choose a new path")
             store = cls(resolved, _connect(resolved))
             try:
                 store._migrate(create)
                 store._recover_audit()
                 store._install_udfs()
+                store._key = _file_identity(resolved)
+                if store._key is None:
+                    raise StoreError(f"{path} disappeared while it was opened; try again")
             except BaseException:
                 store._con.close()
                 raise
-            _open_stores[key] = store
+            _open_stores[store._key] = store
             return store
 
     def close(self) -> None:
@@ -208,7 +226,7 @@ class Store:
             self._users -= 1
             if self._users > 0:
                 return
-            _open_stores.pop(str(self.path), None)
+            _open_stores.pop(self._key, None)
             self.flush()
             if self._writer is not None:
                 self._writer.shutdown(wait=True)

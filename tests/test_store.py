@@ -36,6 +36,16 @@ def test_open_is_shared_within_a_process(store_path):
     b.close()
 
 
+def test_a_hard_link_opens_the_same_store(store_path):
+    link = store_path.with_name("linked.duckdb")
+    link.hardlink_to(store_path)
+    with dpsql.connect(store_path, "alice") as direct, dpsql.connect(link, "alice") as linked:
+        assert direct.store is linked.store
+        before = linked.budget()[0].spent
+        direct.sql("SELECT COUNT(*) FROM adult")
+        assert linked.budget()[0].spent > before  # the charge is seen through the link
+
+
 @pytest.mark.parametrize("statement", [
     "SELECT * FROM read_csv('/etc/passwd')",
     "COPY adult TO '/tmp/leak.csv'",
