@@ -97,6 +97,14 @@ class StoreError(DPSQLError):
     exit_code = 9
 
 
+class AddressInUse(DPSQLError):
+    """``dpsql serve`` cannot listen: another program holds the address and port."""
+
+    code = "address_in_use"
+    sqlstate = "55006"  # object_in_use
+    exit_code = 10
+
+
 class InternalError(DPSQLError):
     """A bug in dpsql: please report it with the command that triggered it."""
 
@@ -107,6 +115,7 @@ class InternalError(DPSQLError):
 
 __all__ = [
     "AccessDenied",
+    "AddressInUse",
     "BudgetExceeded",
     "ConfigurationError",
     "DPSQLError",

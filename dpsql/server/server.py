@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import secrets
@@ -22,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from dpsql.errors import ConfigurationError
+from dpsql.errors import AddressInUse, ConfigurationError
 from dpsql.server.auth import LoginLimiter
 from dpsql.server.catalog import CatalogSource
 from dpsql.server.connection import Connection
@@ -116,8 +117,16 @@ class Server:
     # -- running -----------------------------------------------------------------------------
     async def start(self) -> None:
         """Start listening (``port`` 0 picks a free port, then stored in ``self.port``)."""
-        self._server = await asyncio.start_server(self._accept, self.config.host,
-                                                  self.config.port, limit=1 << 16)
+        host, port = self.config.host, self.config.port
+        try:
+            self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 16)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise AddressInUse(f"port {port} on {host} is in use by another program; stop "
+                                   "it, or choose another port with --port (0 picks a free "
+                                   "one)") from err
+            raise ConfigurationError(f"cannot listen on {host}:{port}: {err.strerror}; check "
+                                     "--host and --port") from err
         sockets = list(self._server.sockets or ())
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
@@ -176,7 +185,11 @@ def run(config: ServerConfig, *, ready: Callable[[Server], Any] | None = None,
 
     async def main() -> None:
         server = Server(config, handler_factory)
-        await server.start()
+        try:
+            await server.start()
+        except BaseException:
+            await server.stop()
+            raise
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

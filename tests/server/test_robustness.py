@@ -12,10 +12,11 @@ import subprocess
 import psycopg
 import pytest
 
+from dpsql.errors import AddressInUse
 from dpsql.store import Store
 
 from . import rawclient as raw
-from .conftest import PASSWORDS, fake_args, make_store, serve_args, start_server
+from .conftest import PASSWORDS, _env, fake_args, make_store, serve_args, start_server
 
 FUZZ_CASES = 200
 _TYPES = b"QPBDECSHXpdcfF" + bytes(range(65, 91))
@@ -123,3 +124,17 @@ def test_sigterm_shuts_down_cleanly(tmp_path):
     # The store is released: it opens for writing again.
     with Store.open(store) as reopened:
         assert reopened.tables() == ["adult"]
+
+
+def test_a_busy_port_is_a_clear_error(server_store):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        args = serve_args(server_store)
+        args[args.index("--port") + 1] = str(port)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=60, env=_env())
+    assert done.returncode == AddressInUse.exit_code
+    assert f"port {port} on 127.0.0.1 is in use" in done.stderr
+    assert "--port" in done.stderr
+    assert "internal error" not in done.stderr
