@@ -25,8 +25,13 @@ from dpsql.server.server import Server, ServerConfig, run
 @click.option("--allow-plaintext", is_flag=True,
               help="With TLS configured, still accept unencrypted connections.")
 @click.option("--max-clients", type=click.IntRange(min=1), default=200, show_default=True,
-              help="Connections at once (each user is also limited by the policy's "
+              help="Logged-in connections at once (each user is also limited by the policy's "
                    "max_connections).")
+@click.option("--max-pending-logins", type=click.IntRange(min=1), default=64,
+              show_default=True, help="Connections still logging in at once (they do not take "
+                                      "the slots of --max-clients).")
+@click.option("--login-timeout", type=click.FloatRange(min=0.1), default=10.0,
+              show_default=True, help="Seconds a connection has to log in.")
 @click.option("--statement-timeout", type=click.FloatRange(min=0), default=300.0,
               show_default=True, help="Seconds a statement may run (0: no limit); clients may "
                                       "lower it with SET statement_timeout.")
@@ -37,7 +42,8 @@ from dpsql.server.server import Server, ServerConfig, run
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Server log verbosity (stderr).")
 def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
-              allow_plaintext: bool, max_clients: int, statement_timeout: float,
+              allow_plaintext: bool, max_clients: int, max_pending_logins: int,
+              login_timeout: float, statement_timeout: float,
               max_message_size: int, workers: int, log_level: str) -> None:
     """Serve the store to PostgreSQL clients (psql, DBeaver, psycopg, pandas).
 
@@ -59,6 +65,7 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     config = ServerConfig(db=Path(db), host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                           allow_plaintext=allow_plaintext, max_clients=max_clients,
+                          max_pending_logins=max_pending_logins, login_timeout=login_timeout,
                           statement_timeout=statement_timeout, max_message=max_message_size,
                           workers=workers)
 

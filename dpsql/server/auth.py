@@ -16,10 +16,9 @@ import hashlib
 import hmac
 import secrets
 import stringprep
-import threading
 import time
 import unicodedata
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -241,54 +240,82 @@ def list_users(store: Store) -> list[dict[str, object]]:
 
 
 def load_verifier(store: Store, user: str) -> Verifier | None:
-    """The stored verifier of a user in the active policy, or None."""
-    if user not in store.active_policy().users:
-        return None
+    """The stored verifier of a user in the active policy, or None.
+
+    The credentials table is read for every name, so that a known user and an
+    unknown one take the same path (and about the same time).
+    """
     row = store.cursor().execute("SELECT verifier FROM dpsql.credentials WHERE user_name = ?",
                                  [user]).fetchone()
-    return Verifier.parse(row[0]) if row else None
+    if row is None or user not in store.active_policy().users:
+        return None
+    return Verifier.parse(row[0])
 
 
-# -- failed-login limits -----------------------------------------------------------------------
+# -- failed-login backoff -------------------------------------------------------------------
 
 
-class LoginLimiter:
-    """Sliding-window counts of failed logins per user name and per client address.
+@dataclass
+class _Failures:
+    count: int = 0
+    last: float = 0.0
+    until: float = 0.0  # attempts are refused before this time
 
-    Once a user name (known or not) or an address has too many recent failures,
-    further attempts fail the same way as a wrong password until the window
-    passes, so the limit reveals nothing about which users exist.
+
+class LoginBackoff:
+    """Failed logins per (user name, client address), refused for longer after each one.
+
+    After ``free`` failures in a row a pair is refused for ``base`` seconds,
+    doubling with each further failure up to ``ceiling``; a success, or
+    ``forget`` seconds without a failure, clears it. An address is limited the
+    same way over all names (after ``free_per_host`` failures), so it cannot try
+    many names quickly. Known and unknown names count alike (a refusal says
+    nothing about which users exist), and a name refused at one address still
+    logs in from another. At most ``capacity`` pairs are kept, the least
+    recently failed dropped first, so a flood of names cannot exhaust memory.
+    Used from the event loop only.
     """
 
-    def __init__(self, *, per_user: int = 5, per_host: int = 50, window: float = 60.0,
+    def __init__(self, *, free: int = 5, free_per_host: int = 50, base: float = 1.0,
+                 ceiling: float = 300.0, forget: float = 900.0, capacity: int = 10_000,
                  clock: Callable[[], float] | None = None) -> None:
-        self.per_user = per_user
-        self.per_host = per_host
-        self.window = window
+        self.free = free
+        self.free_per_host = free_per_host
+        self.base = base
+        self.ceiling = ceiling
+        self.forget = forget
+        self.capacity = capacity
         self._clock = clock or time.monotonic
-        self._users: dict[str, deque[float]] = {}
-        self._hosts: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
+        self._failures: OrderedDict[tuple[str | None, str], _Failures] = OrderedDict()
 
-    def _recent(self, table: dict[str, deque[float]], key: str) -> deque[float]:
-        events = table.setdefault(key, deque())
-        horizon = self._clock() - self.window
-        while events and events[0] < horizon:
-            events.popleft()
-        if not events:
-            table.pop(key, None)
-            return deque()
-        return events
+    def _current(self, key: tuple[str | None, str]) -> _Failures | None:
+        entry = self._failures.get(key)
+        if entry is not None and self._clock() - entry.last > self.forget:
+            del self._failures[key]
+            return None
+        return entry
 
-    def blocked(self, user: str, host: str) -> bool:
-        """Whether attempts for this user or from this host are refused right now."""
-        with self._lock:
-            return (len(self._recent(self._users, user)) >= self.per_user
-                    or len(self._recent(self._hosts, host)) >= self.per_host)
+    def wait(self, user: str, host: str) -> float:
+        """Seconds before ``user`` may try again from ``host`` (0: now)."""
+        now = self._clock()
+        entries = [self._current((user, host)), self._current((None, host))]
+        return max([e.until - now for e in entries if e is not None] + [0.0])
 
     def failed(self, user: str, host: str) -> None:
-        """Record one failed attempt."""
-        with self._lock:
-            stamp = self._clock()
-            self._users.setdefault(user, deque()).append(stamp)
-            self._hosts.setdefault(host, deque()).append(stamp)
+        """Record a failed login."""
+        now = self._clock()
+        for key, free in (((user, host), self.free), ((None, host), self.free_per_host)):
+            entry = self._current(key) or _Failures()
+            entry.count += 1
+            entry.last = now
+            if entry.count >= free:
+                entry.until = now + min(self.ceiling, self.base * 2.0 ** min(entry.count - free,
+                                                                             64))
+            self._failures[key] = entry
+            self._failures.move_to_end(key)
+        while len(self._failures) > self.capacity:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, user: str, host: str) -> None:
+        """A login succeeded: forget the pair's failures (the address's stay)."""
+        self._failures.pop((user, host), None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
 import ssl
 from collections.abc import Callable, Sequence
@@ -117,10 +118,19 @@ class Connection:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def serve(self) -> None:
-        """Serve until the client leaves, breaks the protocol or the server stops."""
+        """Serve until the client leaves, breaks the protocol or the server stops.
+
+        Until it has logged in, a connection holds one of the server's few login
+        slots (not a client slot) and must finish within the login timeout.
+        """
+        config = self.server.config
         try:
-            started = await asyncio.wait_for(self._startup(), self.server.config.auth_timeout)
-            if started:
+            if not self.server.register(self):
+                await self._fatal("53300", "sorry, too many connections are logging in at "
+                                  "once; try again in a few seconds")
+                return
+            login = await asyncio.wait_for(self._startup(), config.login_timeout)
+            if login is not None and await self._open_session(*login):
                 await self._loop()
         except asyncio.TimeoutError:
             log.info("connection from %s: login timed out", self.host)
@@ -170,7 +180,8 @@ class Connection:
         self._cancel.set()
 
     # -- startup and login -------------------------------------------------------------------
-    async def _startup(self) -> bool:
+    async def _startup(self) -> tuple[str, dict[str, str]] | None:
+        """Startup packet and SCRAM login: the user and the client's parameters, or None."""
         tls = False
         while True:
             packet = m.decode_startup(await m.read_startup(self.reader))
@@ -191,13 +202,13 @@ class Connection:
                 continue
             if packet.kind == "cancel":
                 self.server.cancel(packet.pid, packet.key)
-                return False
+                return None
             break
         if self.server.tls_context is not None and not tls and \
                 not self.server.config.allow_plaintext:
             await self._fatal("28000", "this server accepts TLS connections only; connect with "
                               "sslmode=require")
-            return False
+            return None
         params = dict(packet.params)
         unrecognized = [name for name in params if name.startswith("_pq_.")]
         if packet.version & 0xFFFF or unrecognized:
@@ -205,25 +216,25 @@ class Connection:
         user = params.get("user", "")
         if not user:
             await self._fatal("28000", "no PostgreSQL user name specified in startup packet")
-            return False
+            return None
         if "replication" in params and params["replication"].lower() not in ("false", "0",
                                                                              "off", "no"):
             await self._fatal("28000", "replication connections are not supported")
-            return False
-        if not self.server.register(self):
-            await self._fatal("53300", "sorry, too many clients already")
-            return False
+            return None
         if not await self._authenticate(user):
-            return False
-        self.user = user
-        return await self._open_session(user, params)
+            return None
+        return user, params
 
     async def _authenticate(self, user: str) -> bool:
         server = self.server
+        wait = server.backoff.wait(user, self.host)
+        if wait > 0:
+            await self._fatal("28P01", f'too many failed logins for user "{user}" from this '
+                              f"address; try again in {math.ceil(wait)} s")
+            return False
         verifier = await self._run(auth.load_verifier, server.store, user)
-        genuine = verifier is not None and not server.limiter.blocked(user, self.host)
         exchange = auth.ScramExchange(verifier or auth.mock_verifier(user, server.secret),
-                                      genuine=genuine)
+                                      genuine=verifier is not None)
         self.writer.write(m.auth_sasl([auth.MECHANISM]))
         await self.writer.drain()
         try:
@@ -241,16 +252,20 @@ class Connection:
                 raise m.ProtocolViolation("expected a SASL response")
             final = exchange.final(payload)
         except auth.AuthFailed:
-            server.limiter.failed(user, self.host)
+            server.backoff.failed(user, self.host)
             log.warning("failed login for user %r from %s", user, self.host)
             await asyncio.sleep(server.config.failed_login_delay)
             await self._fatal("28P01", f'password authentication failed for user "{user}"')
             return False
+        server.backoff.succeeded(user, self.host)
         self.writer.write(m.auth_sasl_final(final) + m.auth_ok())
         return True
 
     async def _open_session(self, user: str, params: dict[str, str]) -> bool:
         server = self.server
+        if not server.log_in(self, user):
+            await self._fatal("53300", "sorry, too many clients already")
+            return False
         policy = await self._run(server.store.active_policy)
         principal = policy.users.get(user)
         if principal is None:

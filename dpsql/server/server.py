@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
-from dpsql.server.auth import LoginLimiter
+from dpsql.server.auth import LoginBackoff
 from dpsql.server.catalog import CatalogSource
 from dpsql.server.connection import Connection
 from dpsql.server.router import StatementHandler
@@ -44,15 +44,15 @@ class ServerConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     allow_plaintext: bool = False
-    max_clients: int = 200
+    max_clients: int = 200  # logged-in connections
+    max_pending_logins: int = 64  # connections still logging in (their own slots)
+    login_timeout: float = 10.0  # seconds from connecting to logged in
     statement_timeout: float = 300.0  # seconds; 0 means none
     max_message: int = 1 << 20
-    auth_timeout: float = 30.0
     workers: int = 8
     failed_login_delay: float = 0.5
-    login_failures_per_user: int = 5
-    login_failures_per_host: int = 50
-    login_window: float = 60.0
+    login_failures_free: int = 5  # per (user, address), then refusals from 1 s, doubling
+    login_failures_free_per_host: int = 50
 
 
 def _default_handler(session: Session) -> StatementHandler:
@@ -68,9 +68,8 @@ class Server:
         self.handler_factory = handler_factory or _default_handler
         self.secret = secrets.token_bytes(32)
         self.started = datetime.now(timezone.utc).isoformat()
-        self.limiter = LoginLimiter(per_user=config.login_failures_per_user,
-                                    per_host=config.login_failures_per_host,
-                                    window=config.login_window)
+        self.backoff = LoginBackoff(free=config.login_failures_free,
+                                    free_per_host=config.login_failures_free_per_host)
         self.executor = ThreadPoolExecutor(max_workers=config.workers,
                                            thread_name_prefix="dpsql-serve")
         self.tls_context = _tls_context(config)
@@ -89,10 +88,19 @@ class Server:
         return self._next_pid
 
     def register(self, connection: Connection) -> bool:
-        """Count a new connection; False when the server is full."""
-        if len(self._connections) >= self.config.max_clients:
+        """Count a new connection, not logged in yet; False when the login slots are full."""
+        logging_in = sum(1 for c in self._connections.values() if c.user is None)
+        if logging_in >= self.config.max_pending_logins:
             return False
         self._connections[connection.pid] = connection
+        return True
+
+    def log_in(self, connection: Connection, user: str) -> bool:
+        """Move an authenticated connection to a client slot; False when they are full."""
+        clients = sum(1 for c in self._connections.values() if c.user is not None)
+        if clients >= self.config.max_clients:
+            return False
+        connection.user = user
         return True
 
     def unregister(self, connection: Connection) -> None:

@@ -82,6 +82,9 @@ def main() -> None:
     config = ServerConfig(db=db, port=0, failed_login_delay=0.05,
                           statement_timeout=float(extra.get("timeout", 300)),
                           max_message=int(extra.get("max_message", 1 << 20)),
+                          max_clients=int(extra.get("max_clients", 200)),
+                          max_pending_logins=int(extra.get("max_pending_logins", 64)),
+                          login_timeout=float(extra.get("login_timeout", 10)),
                           tls_cert=Path(extra["cert"]) if "cert" in extra else None,
                           tls_key=Path(extra["key"]) if "key" in extra else None)
     run(config, ready=ready, handler_factory=lambda session: answer)

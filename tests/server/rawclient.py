@@ -72,8 +72,9 @@ class Message:
 class RawClient:
     """One socket speaking the protocol by hand."""
 
-    def __init__(self, port: int, timeout: float = 10) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 10, source: str | None = None) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.buffer = b""
 
     def send(self, data: bytes) -> None:
@@ -122,6 +123,8 @@ class RawClient:
         (or up to the ErrorResponse)."""
         self.send(startup_packet(user))
         message = self.read()
+        if message.kind == b"E":
+            return [message]
         assert message.kind == b"R"
         assert struct.unpack("!i", message.body[:4])[0] == 10
         nonce = base64.b64encode(secrets.token_bytes(18)).decode()

@@ -71,18 +71,36 @@ def test_saslprep_maps_spaces_and_keeps_invalid_text():
     assert auth.saslprep("\u0007bell") == "\u0007bell"  # prohibited: the raw password is used
 
 
-def test_login_limiter_blocks_by_user_and_host():
+def test_login_backoff_grows_per_user_and_address():
     now = [0.0]
-    limiter = auth.LoginLimiter(per_user=3, per_host=5, window=60, clock=lambda: now[0])
-    for _ in range(3):
-        limiter.failed("eve", "10.0.0.1")
-    assert limiter.blocked("eve", "10.0.0.9")  # the user name, from anywhere
-    assert not limiter.blocked("alice", "10.0.0.9")
-    limiter.failed("x", "10.0.0.1")
-    limiter.failed("y", "10.0.0.1")
-    assert limiter.blocked("alice", "10.0.0.1")  # the host, for anyone
-    now[0] = 61
-    assert not limiter.blocked("eve", "10.0.0.1")
+    backoff = auth.LoginBackoff(free=3, free_per_host=6, base=1, ceiling=8, forget=100,
+                                clock=lambda: now[0])
+    for _ in range(2):
+        backoff.failed("eve", "10.0.0.1")
+    assert backoff.wait("eve", "10.0.0.1") == 0  # fewer than `free` failures: no refusal
+    waits = []
+    for _ in range(5):
+        backoff.failed("eve", "10.0.0.1")
+        waits.append(backoff.wait("eve", "10.0.0.1"))
+    assert waits == [1, 2, 4, 8, 8]  # doubling up to the ceiling
+    assert backoff.wait("eve", "10.0.0.2") == 0  # the same name from another address
+    assert backoff.wait("alice", "10.0.0.1") == 2  # 7 > free_per_host: the whole address
+    now[0] = 8.5
+    assert backoff.wait("alice", "10.0.0.1") == 0
+    backoff.succeeded("eve", "10.0.0.1")
+    assert backoff.wait("eve", "10.0.0.1") == 0
+    backoff.failed("bob", "10.0.0.3")
+    now[0] = 200.0  # `forget` seconds without a failure clear a pair
+    backoff.failed("bob", "10.0.0.3")
+    backoff.failed("bob", "10.0.0.3")
+    assert backoff.wait("bob", "10.0.0.3") == 0
+
+
+def test_login_backoff_keeps_bounded_memory():
+    backoff = auth.LoginBackoff(capacity=100)
+    for i in range(5000):
+        backoff.failed(f"user{i}", f"10.0.{i % 7}.{i % 251}")
+    assert len(backoff._failures) == 100
 
 
 def test_credentials_in_the_store(tmp_path):

@@ -8,6 +8,7 @@ import signal
 import socket
 import struct
 import subprocess
+import time
 
 import psycopg
 import pytest
@@ -126,15 +127,49 @@ def test_sigterm_shuts_down_cleanly(tmp_path):
         assert reopened.tables() == ["adult"]
 
 
-def test_a_busy_port_is_a_clear_error(server_store):
+def test_a_busy_port_is_a_clear_error(store_path):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        args = serve_args(server_store)
+        args = serve_args(store_path)
         args[args.index("--port") + 1] = str(port)
         done = subprocess.run(args, capture_output=True, text=True, timeout=60, env=_env())
     assert done.returncode == AddressInUse.exit_code
     assert f"port {port} on 127.0.0.1 is in use" in done.stderr
     assert "--port" in done.stderr
     assert "internal error" not in done.stderr
+
+
+def _stalled(port: int) -> raw.RawClient:
+    """A connection that sends its startup packet and then says nothing."""
+    client = raw.RawClient(port)
+    client.send(raw.startup_packet("alice"))
+    assert client.read().kind == b"R"  # the server waits for the SASL response
+    return client
+
+
+def test_connections_logging_in_have_their_own_slots_and_timer(tmp_path):
+    store = make_store(tmp_path / "slots.duckdb")
+    options = {"max_clients": 2, "max_pending_logins": 3, "login_timeout": 1}
+    with start_server(fake_args(store, **options)) as server:
+        first = psycopg.connect(server.dsn("alice"), autocommit=True)
+        stalled = [_stalled(server.port), _stalled(server.port)]
+        # Idle sockets do not take the slots of logged-in clients...
+        second = psycopg.connect(server.dsn("erin"), autocommit=True)
+        stalled.append(_stalled(server.port))
+        # ... but are limited among themselves: the next is refused at once.
+        with raw.RawClient(server.port) as refused:
+            message = refused.read()
+            assert (message.kind, message.fields()["C"]) == (b"E", "53300")
+            assert "logging in" in message.fields()["M"]
+        assert first.execute("SELECT 1").fetchone() == (1,)
+        assert second.execute("SELECT 1").fetchone() == (1,)
+        started = time.monotonic()
+        assert all(client.closed() for client in stalled)  # the login timer ends them
+        assert time.monotonic() - started < 3
+        for client in stalled:
+            client.close()
+        second.close()
+        psycopg.connect(server.dsn("erin")).close()  # their slots are free again
+        first.close()

@@ -249,15 +249,25 @@ def test_per_user_connection_limit(fake_server):
     third.close()
 
 
-def test_repeated_failures_lock_the_user_out(fake_server):
-    psycopg.connect(fake_server.dsn("frank")).close()  # the right password works...
-    for _ in range(5):
-        with pytest.raises(psycopg.OperationalError):
-            psycopg.connect(fake_server.dsn("frank", "not-his-password"))
-    # ... until five failures in a minute: then it is refused like a wrong one.
-    with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
-        psycopg.connect(fake_server.dsn("frank"))
-    psycopg.connect(fake_server.dsn("alice")).close()  # other users are not affected
+def _login_from(server, source: str, user: str, password: str) -> raw.Message:
+    with raw.RawClient(server.port, source=source) as client:
+        return client.login(user, password)[-1]
+
+
+def test_repeated_failures_back_off_only_at_that_address(fake_server):
+    for user in ("frank", "nobody"):  # a known and an unknown user, refused alike
+        for _ in range(5):
+            failure = _login_from(fake_server, "127.0.0.2", user, "not-the-password")
+            assert failure.fields()["M"] == f'password authentication failed for user "{user}"'
+        refused = _login_from(fake_server, "127.0.0.2", user, PASSWORDS.get(user, "x"))
+        assert refused.fields()["C"] == "28P01"
+        assert refused.fields()["M"] == (f'too many failed logins for user "{user}" from this '
+                                         "address; try again in 1 s")
+    # The right password still works from another address, and for others at the first one.
+    assert _login_from(fake_server, "127.0.0.1", "frank", PASSWORDS["frank"]).kind == b"Z"
+    assert _login_from(fake_server, "127.0.0.2", "alice", PASSWORDS["alice"]).kind == b"Z"
+    time.sleep(1.1)  # the first refusal lasts a second
+    assert _login_from(fake_server, "127.0.0.2", "frank", PASSWORDS["frank"]).kind == b"Z"
 
 
 def test_cancel_requests_need_the_secret_key(fake_server):
