@@ -97,6 +97,20 @@ class StoreError(DPSQLError):
     exit_code = 9
 
 
+class QueryCanceled(DPSQLError):
+    """A statement was stopped (statement timeout or cancel request); a charge made stands.
+
+    Its message is fixed: it never depends on the data the statement read.
+    """
+
+    code = "query_canceled"
+    sqlstate = "57014"  # query_canceled
+    exit_code = 130
+
+    def __init__(self) -> None:
+        super().__init__("canceling statement due to statement timeout or user request")
+
+
 class AddressInUse(DPSQLError):
     """``dpsql serve`` cannot listen: another program holds the address and port."""
 
@@ -121,6 +135,7 @@ __all__ = [
     "DPSQLError",
     "InternalError",
     "PolicyError",
+    "QueryCanceled",
     "QueryRejected",
     "ReleaseError",
     "StoreError",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from dpsql.errors import AccessDenied, ConfigurationError
+from dpsql.interrupt import Interrupter
 from dpsql.ledger import Budget, Ledger
 from dpsql.policy import Policy, User
 from dpsql.privacy import Number, PrivacyCost, budget_cost
@@ -36,6 +37,7 @@ class Session:
                                "declares users under users: and runs dpsql policy apply")
         self.user = user
         self.options: dict[str, Any] = {}
+        self.interrupts = Interrupter()
         self._closed = False
 
     # -- identity and policy ------------------------------------------------------------
@@ -126,7 +128,16 @@ class Session:
         """Answer an SQL statement with differential privacy (see :mod:`dpsql.query`)."""
         from dpsql.query.answer import run_statement
 
-        return run_statement(self, text)
+        with self.interrupts.statement():
+            return run_statement(self, text)
+
+    def interrupt(self) -> None:
+        """Stop the statement this session runs now, from another thread (timeout, cancel).
+
+        Its DuckDB queries stop and it raises QueryCanceled; a charge it made
+        stands. Does nothing when no statement runs.
+        """
+        self.interrupts.interrupt()
 
     # -- releases -----------------------------------------------------------------------
     def release(self, dataset: str, *, synthesizer: str, name: str,

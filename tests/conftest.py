@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import dpsql
@@ -22,6 +23,47 @@ def store_path(tmp_path: Path) -> Path:
     path = tmp_path / "adult.duckdb"
     store, _ = dpsql.init(path, ADULT_POLICY, {"adult": ADULT_SAMPLE})
     store.close()
+    return path
+
+
+SLOW_POLICY = """version: 1
+accounting: pure
+datasets:
+  t:
+    table: t
+    privacy_unit: person
+    max_rows: 2
+    budget: {epsilon: 100}
+    default_query: {epsilon: 0.1}
+    synthesizers: [independent]
+    columns:
+      person: {type: hidden}
+      x: {type: float, bounds: [0, 1]}
+      k: {type: categorical, values: [0, 1, 2, 3]}
+users:
+  admin: {role: admin, budgets: {t: {epsilon: 100}}}
+  alice: {role: analyst, budgets: {t: {epsilon: 10}}}
+  bob: {role: analyst, budgets: {t: {epsilon: 10}}}
+  carol: {role: analyst, budgets: {t: {epsilon: 10}}}
+"""
+#: Bounding sorts every row by person: seconds over the slow store's 8M rows.
+SLOW_DP = "SELECT k, SUM(x) FROM t WHERE x * x > 0.2 GROUP BY k"
+#: About 200**4 * 50 rows from a free cross join: a minute.
+SLOW_FREE = ("SELECT count(*) FROM released.r a, released.r b, released.r c, released.r d, "
+             "released.r e WHERE e.k = 0")
+
+
+def slow_store(path: Path) -> Path:
+    """A store whose queries run long (see SLOW_DP, SLOW_FREE), with a 200-row release ``r``."""
+    rows = "SELECT i // 3 AS person, (i % 1000) / 1000.0 AS x, i % 4 AS k FROM range({}, {}) r(i)"
+    first = path.parent / "slow.parquet"
+    duckdb.connect().execute(f"COPY ({rows.format(0, 3000)}) TO '{first}'")
+    policy = path.parent / "slow.yaml"
+    policy.write_text(SLOW_POLICY)
+    dpsql.init(path, policy, {"t": first})[0].close()
+    with dpsql.connect(path, "admin") as admin:
+        admin.release("t", synthesizer="independent", name="r", epsilon=1, rows=200, seed=1)
+        admin.store.cursor().execute(f"INSERT INTO t {rows.format(3000, 8_000_000)}")
     return path
 
 

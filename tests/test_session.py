@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 import dpsql
-from dpsql.errors import AccessDenied, ConfigurationError
+from dpsql.errors import AccessDenied, ConfigurationError, QueryCanceled
 
-from .conftest import ADULT_POLICY
+from .conftest import ADULT_POLICY, SLOW_DP, SLOW_FREE, slow_store
 
 
 def test_unknown_user_is_denied(store_path):
@@ -66,3 +69,21 @@ def test_policy_comes_from_the_store(store_path, tmp_path):
         admin.apply_policy(newer)
     with dpsql.connect(store_path, "bob") as bob:
         assert bob.budget()[0].granted == bob.cost(epsilon="0.5")
+
+
+@pytest.mark.timeout(120)  # without interrupts, the queries run for minutes
+def test_interrupt_stops_free_and_dp_queries_and_the_charge_stands(tmp_path):
+    with dpsql.connect(slow_store(tmp_path / "slow.duckdb"), "alice") as alice:
+        alice.interrupt()  # no statement runs: nothing to stop, and the next one runs
+        assert alice.sql("SELECT count(*) FROM released.r").table.num_rows == 1
+        for text, cost in ((SLOW_FREE, 0), (SLOW_DP, 0.1)):
+            before = alice.budget()[0].spent.epsilon()
+            timer = threading.Timer(0.3, alice.interrupt)
+            timer.start()
+            started = time.monotonic()
+            with pytest.raises(QueryCanceled) as caught:
+                alice.sql(text)
+            assert str(caught.value) == ("canceling statement due to statement timeout or user "
+                                         "request")
+            assert time.monotonic() - started < 1.5
+            assert alice.budget()[0].spent.epsilon() == pytest.approx(before + cost)

@@ -107,7 +107,7 @@ class Answer:
 
 def engine_for(session: Session) -> Engine:
     """The engine that runs generated SQL for ``session``'s store."""
-    return DuckDBEngine(session.store)
+    return DuckDBEngine(session.store, session.interrupts)
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,8 @@ def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
     with store.state(FreeDatabase).cursor(store) as (cursor, names):
         check_released(ast, text, set(names))
         try:
-            table = cursor.sql(ast.sql(dialect="duckdb")).to_arrow_table()
+            with call.session.interrupts.running(cursor):
+                table = cursor.sql(ast.sql(dialect="duckdb")).to_arrow_table()
         except duckdb.Error as err:
             # The isolated database holds DP output only, so its message may be shown.
             raise QueryRejected("the query on released tables failed: "

@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 from functools import lru_cache
 from typing import Protocol
@@ -27,6 +29,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.domain import quote
+from dpsql.interrupt import Interrupter
 from dpsql.store import Store
 
 
@@ -76,23 +79,32 @@ class _DuckDBPrepared:
     cheaper than DuckDB's Arrow export of a tiny result.
     """
 
-    def __init__(self, cursor: duckdb.DuckDBPyConnection,
+    def __init__(self, cursor: duckdb.DuckDBPyConnection, interrupts: Interrupter,
                  relation: duckdb.DuckDBPyRelation | None = None, text: str = "",
                  one_row: bool = False) -> None:
         self._cursor = cursor
+        self._interrupts = interrupts
         self._relation = relation
         self._text = text
         self._one_row = one_row
 
     def run(self) -> pa.Table:
-        try:
+        with _querying(self._interrupts, self._cursor) as cursor:
             if self._one_row:
-                return _bigint_table(self._cursor.execute(self._text))
-            relation = self._relation if self._relation is not None \
-                else self._cursor.sql(self._text)
+                return _bigint_table(cursor.execute(self._text))
+            relation = self._relation if self._relation is not None else cursor.sql(self._text)
             return relation.to_arrow_table()
-        except duckdb.Error as err:
-            raise EngineError(str(err).splitlines()[0]) from err
+
+
+@contextmanager
+def _querying(interrupts: Interrupter,
+              cursor: duckdb.DuckDBPyConnection) -> Iterator[duckdb.DuckDBPyConnection]:
+    """DuckDB work on ``cursor`` that ``interrupts`` can stop; its errors become EngineError."""
+    try:
+        with interrupts.running(cursor):
+            yield cursor
+    except duckdb.Error as err:
+        raise EngineError(str(err).splitlines()[0]) from err
 
 
 def _bigint_table(result: duckdb.DuckDBPyConnection) -> pa.Table:
@@ -129,8 +141,9 @@ class DuckDBEngine:
 
     dialect = "duckdb"
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, interrupts: Interrupter | None = None) -> None:
         self.store = store
+        self.interrupts = interrupts or Interrupter()
         self._bound = store.state(_Bound)
         self._cursor: duckdb.DuckDBPyConnection | None = None
 
@@ -167,24 +180,19 @@ class DuckDBEngine:
         one_row = isinstance(query, exp.Select) and query.args.get("group") is None
         text = self._bound.get(query)
         if text is not None:
-            return _DuckDBPrepared(cursor, text=text, one_row=one_row)
+            return _DuckDBPrepared(cursor, self.interrupts, text=text, one_row=one_row)
         text = self.render(query)
-        try:
-            relation = cursor.sql(text)
-            prepared = _DuckDBPrepared(cursor, relation, text, one_row)
-        except duckdb.Error as err:
-            raise EngineError(str(err).splitlines()[0]) from err
+        with _querying(self.interrupts, cursor):
+            prepared = _DuckDBPrepared(cursor, self.interrupts, cursor.sql(text), text, one_row)
         self._bound.add(query, text)
         return prepared
 
     def execute(self, query: exp.Expr) -> pa.Table:
         """Bind and run ``query`` (not remembered: for one-off queries)."""
         cursor = self._snapshot()
-        try:
+        with _querying(self.interrupts, cursor):
             relation = cursor.sql(self.render(query))
-        except duckdb.Error as err:
-            raise EngineError(str(err).splitlines()[0]) from err
-        return _DuckDBPrepared(cursor, relation).run()
+        return _DuckDBPrepared(cursor, self.interrupts, relation).run()
 
     def enforced_bounds(self, table: str) -> dict[str, tuple[Fraction, Fraction]]:
         """Bounds from the table's ``CHECK (col BETWEEN lo AND hi)`` constraints.
@@ -193,13 +201,11 @@ class DuckDBEngine:
         them, so a column listed here never holds a value outside its range. Any
         other form of CHECK is ignored (the column is then clamped as usual).
         """
-        try:
-            rows = self._snapshot().execute(
+        with _querying(self.interrupts, self._snapshot()) as cursor:
+            rows = cursor.execute(
                 "SELECT expression FROM duckdb_constraints() WHERE database_name = "
                 "current_database() AND schema_name = 'main' AND table_name = ? "
                 "AND constraint_type = 'CHECK'", [table]).fetchall()
-        except duckdb.Error as err:
-            raise EngineError(str(err).splitlines()[0]) from err
         out: dict[str, tuple[Fraction, Fraction]] = {}
         for (expression,) in rows:
             found = between_bounds(expression)
@@ -213,12 +219,10 @@ class DuckDBEngine:
 
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type, from binding ``SELECT *`` (no rows are read)."""
-        try:
-            relation = self._snapshot().sql(f"SELECT * FROM main.{quote(table)}")
+        with _querying(self.interrupts, self._snapshot()) as cursor:
+            relation = cursor.sql(f"SELECT * FROM main.{quote(table)}")
             return {name: str(kind) for name, kind in zip(relation.columns, relation.types,
                                                           strict=True)}
-        except duckdb.Error as err:
-            raise EngineError(str(err).splitlines()[0]) from err
 
 
 def _end(cursor: duckdb.DuckDBPyConnection) -> None:

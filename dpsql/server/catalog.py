@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import duckdb
 import pyarrow as pa
 
+from dpsql.errors import QueryCanceled
+from dpsql.interrupt import Interrupter
 from dpsql.policy import Dataset
 from dpsql.server import pgcatalog, rewrite
 from dpsql.server.pgcatalog import Client, Relation
@@ -137,13 +139,11 @@ class ConnectionCatalog:
 
     source: CatalogSource
     client: Client
+    interrupts: Interrupter = field(default_factory=Interrupter)  # its session's
     _cursor: duckdb.DuckDBPyConnection | None = None
     _built: _Built | None = None
     _settings: dict[str, str] = field(default_factory=dict)
     _cursors: tuple[tuple[str, bool], ...] = ()
-    _running: threading.Event = field(default_factory=threading.Event)
-    _interrupted: threading.Event = field(default_factory=threading.Event)
-    _statement: int = 0  # counts arm(): an interrupt repeats only within its statement
 
     def _ready(self, ctx: rewrite.Context) -> duckdb.DuckDBPyConnection:
         built = self.source.current()
@@ -167,58 +167,19 @@ class ConnectionCatalog:
         """Answer a catalog query (raises CatalogQueryError for what the catalog lacks)."""
         sql = rewrite.rewrite(tree, ctx)
         cursor = self._ready(ctx)
-        if self._interrupted.is_set():
-            raise _interrupted()
-        self._running.set()
         try:
-            return cursor.sql(sql).to_arrow_table()
+            with self.interrupts.running(cursor):
+                return cursor.sql(sql).to_arrow_table()
+        except QueryCanceled as err:
+            raise rewrite.CatalogQueryError(err.sqlstate, str(err)) from err
         except duckdb.Error as err:
             raise _catalog_error(err) from err
-        finally:
-            self._running.clear()
-
-    def arm(self) -> None:
-        """A new statement begins: forget interrupts meant for the previous one."""
-        self._statement += 1
-        self._interrupted.clear()
-
-    def interrupt(self) -> None:
-        """Stop the catalog query of the current statement (timeout, cancel request).
-
-        The statement may not have reached DuckDB yet, and DuckDB drops an interrupt
-        that arrives just before a query starts: so the flag stops a query that has not
-        started, and the interrupt is repeated until a running one has ended, never
-        into the next statement (which may begin while the interrupted work, not a
-        catalog query, is still finishing).
-        """
-        self._interrupted.set()
-        statement = self._statement
-
-        def repeat() -> None:
-            seen = False
-            for _ in range(250):
-                if self._statement != statement:
-                    return
-                cursor = self._cursor
-                if self._running.is_set() and cursor is not None:
-                    seen = True
-                    cursor.interrupt()
-                elif seen:
-                    return
-                time.sleep(0.02)
-
-        threading.Thread(target=repeat, daemon=True, name="dpsql-interrupt").start()
 
     def close(self) -> None:
         """Close this connection's cursor."""
         if self._cursor is not None:
             self._cursor.close()
             self._cursor = None
-
-
-def _interrupted() -> rewrite.CatalogQueryError:
-    return rewrite.CatalogQueryError("57014", "canceling statement due to statement timeout "
-                                     "or user request")
 
 
 def _catalog_error(err: duckdb.Error) -> rewrite.CatalogQueryError:
@@ -230,8 +191,6 @@ def _catalog_error(err: duckdb.Error) -> rewrite.CatalogQueryError:
     for prefix in ("Binder Error: ", "Catalog Error: ", "Parser Error: ",
                    "Conversion Error: ", "Invalid Input Error: "):
         first = first.replace(prefix, "")
-    if isinstance(err, duckdb.InterruptException):
-        return _interrupted()
     codes = [(duckdb.ParserException, "42601"), (duckdb.CatalogException, "42P01"),
              (duckdb.BinderException, "42703"), (duckdb.ConversionException, "22P02"),
              (duckdb.InvalidInputException, "22023")]

@@ -14,13 +14,14 @@ import logging
 import math
 import secrets
 import ssl
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
-from dpsql.errors import DPSQLError
+from dpsql.errors import DPSQLError, QueryCanceled
 from dpsql.server import auth, copyout
 from dpsql.server import messages as m
 from dpsql.server.catalog import ConnectionCatalog
@@ -114,6 +115,7 @@ class Connection:
         self.portals: dict[str, Portal] = {}
         self.skip_until_sync = False
         self._pending: asyncio.Future[Any] | None = None
+        self._abandoned = threading.Event()  # set to stop the current statement's work
         self._cancel = asyncio.Event()
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -142,9 +144,16 @@ class Connection:
         finally:
             await self._cleanup()
 
+    def _stop_statement(self) -> None:
+        """Interrupt the running statement's work (any thread may still be starting it)."""
+        self._abandoned.set()
+        if self.session is not None:
+            self.session.interrupt()
+
     async def _cleanup(self) -> None:
         self.server.unregister(self)
         if self._pending is not None and not self._pending.done():
+            self._stop_statement()  # the client has gone: nobody waits for the answer
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._pending)
         if self.catalog is not None:
@@ -285,7 +294,7 @@ class Connection:
         router_settings = {"statement_timeout": str(round(server.config.statement_timeout * 1000)),
                            **{k: v for k, v in params.items() if k not in ("user", "database")}}
         self.catalog = ConnectionCatalog(server.catalog, Client(
-            user, database, principal.max_connections, {}))
+            user, database, principal.max_connections, {}), self.session.interrupts)
         session = self.session
         try:
             self.router = Router(user=user, database=database,
@@ -320,14 +329,25 @@ class Connection:
         return min(chosen) if chosen else None
 
     async def _statement(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run statement work with the statement timeout and cancel requests."""
+        """Run statement work with the statement timeout and cancel requests.
+
+        Either one stops the work: its DuckDB queries (DP, free or catalog) are
+        interrupted, and work still waiting for a worker thread never starts.
+        """
         if self._pending is not None and not self._pending.done():
             await asyncio.wait({self._pending})  # a timed-out statement still holds the session
         loop = asyncio.get_running_loop()
         self._cancel.clear()
-        if self.catalog is not None:
-            self.catalog.arm()
-        future = loop.run_in_executor(self.server.executor, fn, *args)
+        interrupts, abandoned = self.session.interrupts, threading.Event()
+        self._abandoned = abandoned
+
+        def work() -> T:
+            with interrupts.statement():
+                if abandoned.is_set():  # stopped while it waited for a worker thread
+                    raise QueryCanceled()
+                return fn(*args)
+
+        future = loop.run_in_executor(self.server.executor, work)
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._pending = future
         cancel: asyncio.Future[Any] = asyncio.ensure_future(self._cancel.wait())
@@ -338,9 +358,8 @@ class Connection:
             cancel.cancel()
         if future in done:
             return future.result()
-        assert self.catalog is not None
         assert self.router is not None
-        self.catalog.interrupt()
+        self._stop_statement()
         self.router.failed()
         reason = "user request" if self._cancel.is_set() else "statement timeout"
         raise StatementError("57014", f"canceling statement due to {reason}")
