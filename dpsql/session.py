@@ -16,14 +16,18 @@ import pyarrow as pa
 from dpsql.errors import AccessDenied, ConfigurationError
 from dpsql.interrupt import Interrupter
 from dpsql.ledger import Budget, Ledger
-from dpsql.policy import Policy, User
+from dpsql.policy import Dataset, Policy, User
 from dpsql.privacy import Number, PrivacyCost, budget_cost
 from dpsql.store import Store, check_identifier
 
 if TYPE_CHECKING:
+    from dpsql.outside import Handling, Outside
     from dpsql.progress import Progress
     from dpsql.query.answer import Answer
     from dpsql.release import Release
+
+
+DOMAIN_READ = "not DP: an administrator checked the raw rows against the policy's domains"
 
 
 class Session:
@@ -104,15 +108,57 @@ class Session:
         return self.ledger.audit(user, last)
 
     # -- administration -----------------------------------------------------------------
-    def apply_policy(self, policy: Policy | str | Path) -> list[str]:
-        """Make ``policy`` the active one; returns the recorded changes (admins only)."""
+    def apply_policy(self, policy: Policy | str | Path, outside: Handling = "refuse"
+                     ) -> list[str]:
+        """Make ``policy`` the active one; returns the recorded changes (admins only).
+
+        Rows holding values outside the new policy's domains are handled as
+        ``outside`` says (see :data:`dpsql.outside.HANDLINGS`), in the same
+        transaction; the default refuses and changes nothing.
+        """
+        from dpsql.outside import settle
+
         self.require_admin("change the policy")
         if not isinstance(policy, Policy):
             policy = Policy.load(policy)
         if policy.users.get(self.user, None) is None or policy.users[self.user].role != "admin":
             raise ConfigurationError(f"the new policy would remove {self.user}'s admin role; "
                                      "keep yourself an admin or apply it as another admin")
-        return self.store.apply_policy(policy, self.user)
+        self.store.check_policy(policy)
+        tables = self._audit_domain_read(policy)
+
+        def prepare(cur: Any) -> list[str]:
+            found = [o for ds in policy.datasets.values() for o in settle(
+                cur, tables[ds.name], ds, self.store.table_columns(ds.table), outside)]
+            return [f"{o.describe(examples=False)}: --outside {outside}" for o in found]
+
+        return self.store.apply_policy(policy, self.user, prepare)
+
+    def check_domain(self, policy: Policy | None = None) -> list[Outside]:
+        """Per column, the rows outside the domains ``policy`` (default: the active one) declares.
+
+        Admins only, and audited: not DP, it reads the raw rows and returns counts
+        and example values for the administrator's eyes.
+        """
+        from dpsql.outside import find_outside
+
+        self.require_admin("check the rows against a policy")
+        policy = policy or self.policy
+        self.store.check_policy(policy)
+        tables = self._audit_domain_read(policy)
+        cur = self.store.cursor()
+        return [o for ds in policy.datasets.values() for o in find_outside(
+            cur, tables[ds.name], ds, self.store.table_columns(ds.table))]
+
+    def _audit_domain_read(self, policy: Policy) -> dict[str, str]:
+        """Audit a domain check of each dataset of ``policy``; returns their relations."""
+        tables = {}
+        for ds in policy.datasets.values():
+            check_identifier(ds.table, "table")
+            self.ledger.record(self.user, ds.name, f"domain check of table {ds.table}", "read",
+                               DOMAIN_READ, action="domain_check")
+            tables[ds.name] = f'main."{ds.table}"'
+        return tables
 
     def table(self, dataset: str) -> pa.Table:
         """The raw rows of a dataset (admins only: analysts never read raw tables)."""
@@ -196,13 +242,18 @@ def connect(path: str | Path, user: str) -> Session:
 def init(path: str | Path, policy: Policy | str | Path,
          imports: Mapping[str, str | Path] | None = None, *, na: str | None = None,
          normalize: bool = True, admin: str | None = None,
-         enforce_bounds: bool = False) -> tuple[Store, list[str]]:
+         enforce_bounds: bool = False, outside: Handling = "refuse") -> tuple[Store, list[str]]:
     """Create a store, import tables and apply the first policy.
 
     With ``enforce_bounds`` the policy's numeric bounds become CHECK constraints
     of the imported tables (every value must fit; DP queries then skip clamping).
-    Returns the open store and notes. Nothing is left behind if any step fails.
+    Values outside the policy's domains are handled as ``outside`` says (see
+    :data:`dpsql.outside.HANDLINGS`; the default refuses). Returns the open store
+    and notes (which name what was found outside, for the administrator only).
+    Nothing is left behind if any step fails.
     """
+    from dpsql.outside import settle, summary
+
     if not isinstance(policy, Policy):
         policy = Policy.load(policy)
     admins = [u.name for u in policy.users.values() if u.role == "admin"]
@@ -210,17 +261,31 @@ def init(path: str | Path, policy: Policy | str | Path,
     target = Path(path)
     store = Store.open(target, create=True)
     try:
-        notes = []
+        notes: list[str] = []
+        audited: list[str] = []
         for table, file in (imports or {}).items():
             bounds = {c.name: c.bounds for ds in policy.datasets.values() if ds.table == table
                       for c in ds.columns.values() if c.numeric and c.bounds is not None
                       } if enforce_bounds else {}
-            renames = store.import_table(table, file, na=na, normalize=normalize, bounds=bounds)
+            checked = [ds for ds in policy.datasets.values() if ds.table == table]
+
+            def prepare(cur: Any, rows: str, types: Mapping[str, str],
+                        checked: list[Dataset] = checked) -> None:
+                for ds in checked:
+                    notes.extend(summary(settle(cur, rows, ds, types, outside), outside))
+
+            renames = store.import_table(table, file, na=na, normalize=normalize, bounds=bounds,
+                                         prepare=prepare)
             if renames:
                 notes.append(f"{table}: renamed columns " + ", ".join(
                     f"{old} -> {new}" for old, new in renames.items()))
+            audited += [ds.name for ds in checked]
         notes += store.check_policy(policy)
         store.apply_policy(policy, actor)
+        for name in audited:
+            Ledger(store, policy).record(actor, name, f"domain check of table "
+                                         f"{policy.datasets[name].table} at import", "read",
+                                         DOMAIN_READ, action="domain_check")
         return store, notes
     except BaseException:
         store.close()

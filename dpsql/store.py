@@ -448,8 +448,14 @@ class Store:
 
     def import_table(self, name: str, path: str | Path, *, na: str | None = None,
                      normalize: bool = True, replace: bool = False,
-                     bounds: Mapping[str, tuple[float, float]] | None = None) -> dict[str, str]:
+                     bounds: Mapping[str, tuple[float, float]] | None = None,
+                     prepare: Callable[[duckdb.DuckDBPyConnection, str, Mapping[str, str]],
+                                       None] | None = None) -> dict[str, str]:
         """Import a CSV/Parquet file as sensitive table ``name``; returns renamed columns.
+
+        ``prepare(cursor, relation, types)``, when given, may check and change the rows
+        (a temporary table) in the import's transaction before they are stored; the
+        domain checks of :mod:`dpsql.outside` use it.
 
         ``bounds`` (column -> declared bounds, from the policy) are enforced: each
         such column of an integer type or DOUBLE gets a CHECK constraint, so the
@@ -477,12 +483,19 @@ class Store:
             cur.register("_dpsql_import", data)
             source = cur.sql("SELECT * FROM _dpsql_import")
             types = {c: str(t) for c, t in zip(source.columns, source.types, strict=True)}
-            checks = _enforced_checks(cur, "_dpsql_import", types, bounds or {}, path)
+            rows = "_dpsql_import"
+            if prepare is not None:
+                rows = "temp._dpsql_staged"
+                cur.execute("CREATE OR REPLACE TEMP TABLE _dpsql_staged AS SELECT * FROM "
+                            "_dpsql_import")
+                prepare(cur, rows, types)
+            checks = _enforced_checks(cur, rows, types, bounds or {}, path)
             columns = ", ".join(
                 f"{quote(c)} {t}" + (f" CHECK ({checks[c]})" if c in checks else "")
                 for c, t in types.items())
             cur.execute(f"CREATE OR REPLACE TABLE main.{quote(name)} ({columns})")
-            cur.execute(f"INSERT INTO main.{quote(name)} SELECT * FROM _dpsql_import")
+            cur.execute(f"INSERT INTO main.{quote(name)} SELECT * FROM {rows}")
+            cur.execute("DROP TABLE IF EXISTS temp._dpsql_staged")
             cur.unregister("_dpsql_import")
         return renames
 
@@ -543,8 +556,14 @@ class Store:
                              f"{', '.join(undeclared)}")
         return notes
 
-    def apply_policy(self, policy: Policy, applied_by: str) -> list[str]:
-        """Record ``policy`` as the active one; returns the list of changes."""
+    def apply_policy(self, policy: Policy, applied_by: str,
+                     prepare: Callable[[duckdb.DuckDBPyConnection], list[str]] | None = None
+                     ) -> list[str]:
+        """Record ``policy`` as the active one; returns the list of changes.
+
+        ``prepare(cursor)``, when given, runs first in the same transaction (e.g. to
+        drop rows outside the new domains) and returns lines added to the changes.
+        """
         self.check_policy(policy)
         with self.lock:
             version = self.policy_version()
@@ -552,6 +571,8 @@ class Store:
             self._check_ledger_continuity(previous, policy)
             changes = previous.diff(policy) if previous else ["(first policy)"]
             with self.transaction() as cur:
+                if prepare is not None:
+                    changes = changes + prepare(cur)
                 cur.execute(
                     "INSERT INTO dpsql.policies VALUES (?, ?, ?, ?, ?, ?)",
                     [version + 1, policy.fingerprint, policy.text, applied_by, now(),

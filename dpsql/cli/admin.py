@@ -9,11 +9,32 @@ import click
 
 from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
 from dpsql.cli.output import emit_json, heading, table
+from dpsql.draft import MAX_CATEGORIES
 from dpsql.errors import ConfigurationError
 from dpsql.ledger import Budget, Ledger
+from dpsql.outside import HANDLINGS, DomainError, Handling, Outside, refusal, summary
 from dpsql.policy import Policy
 from dpsql.session import connect, init
 from dpsql.store import Store
+
+
+def outside_option(f: Any) -> Any:
+    """--outside: what to do with values outside the policy's domains (init, check, apply)."""
+    return click.option(
+        "--outside", type=click.Choice(list(HANDLINGS)), default="refuse", show_default=True,
+        help="Values outside a column's declared domain (an unlisted category or NULL, a "
+             "number outside its bounds) are reported per column with a few examples, "
+             "then: " + "; ".join(
+                 f"{k}: {v}" for k, v in HANDLINGS.items()) + ".")(f)
+
+
+def _report(found: list[Outside], handling: Handling, done: bool = True) -> None:
+    """Show the administrator what lies outside the domains (read from the private rows)."""
+    if found:
+        click.echo("values outside the declared domain (read from the private rows; not DP):",
+                   err=True)
+    for line in summary(found, handling, done=done):
+        click.echo(f"  {line}", err=True)
 
 
 def _imports(values: tuple[str, ...]) -> dict[str, str]:
@@ -38,16 +59,24 @@ def _imports(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--enforce-bounds", is_flag=True,
               help="Make the policy's numeric bounds CHECK constraints of the imported "
                    "tables: every value must fit, and DP queries skip clamping (faster).")
+@outside_option
 @json_option
 def init_cmd(db: str, policy_path: str, imports: tuple[str, ...], na: str | None,
-             keep_names: bool, enforce_bounds: bool, as_json: bool) -> None:
+             keep_names: bool, enforce_bounds: bool, outside: Handling, as_json: bool) -> None:
     """Create the store DB, import sensitive tables and apply the first policy.
+
+    Imported rows are checked against the policy's domains (see --outside); when
+    refused, no store is created.
 
     Example: dpsql init adult.duckdb --policy policies/adult.yaml --import adult=adult.csv
     """
     policy = Policy.load(policy_path)
-    store, notes = init(db, policy, _imports(imports), na=na, normalize=not keep_names,
-                        enforce_bounds=enforce_bounds)
+    try:
+        store, notes = init(db, policy, _imports(imports), na=na, normalize=not keep_names,
+                            enforce_bounds=enforce_bounds, outside=outside)
+    except DomainError as err:
+        _report(err.found, "refuse")
+        raise
     tables = store.tables()
     store.close()
     if as_json:
@@ -67,18 +96,34 @@ def policy() -> None:
 @policy.command("check")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 @click.option("--db", envvar="DPSQL_DB", default=None, type=click.Path(dir_okay=False),
-              help="Also check the policy against this store's tables.")
+              help="Also check the policy against this store's tables and their rows "
+                   "(administrators only; audited).")
+@outside_option
+@as_option
 @json_option
-def policy_check(path: str, db: str | None, as_json: bool) -> None:
-    """Validate the policy file PATH (and, with --db, against the store's tables)."""
+def policy_check(path: str, db: str | None, outside: Handling, actor: str | None,
+                 as_json: bool) -> None:
+    """Validate the policy file PATH (and, with --db, against the store's tables).
+
+    With --db the rows are checked against the policy's domains: values outside
+    are reported and fail the check unless --outside says what apply would do.
+    """
     pol = Policy.load(path)
     notes: list[str] = []
+    found: list[Outside] = []
     if db:
-        with Store.open(db) as store:
-            notes = store.check_policy(pol) + Ledger(store, pol).overspent()
+        with connect(db, default_actor(actor, db)) as session:
+            found = session.check_domain(pol)
+            notes = session.store.check_policy(pol) + Ledger(session.store, pol).overspent()
+        _report(found, outside, done=False)
+        error = refusal(found, outside)
+        if error is not None:
+            raise error
     summary = _policy_summary(pol)
     if as_json:
-        emit_json({"valid": True, "fingerprint": pol.fingerprint, "notes": notes, **summary})
+        emit_json({"valid": True, "fingerprint": pol.fingerprint, "notes": notes,
+                   "outside": [{"dataset": o.dataset, "column": o.column, "rows": o.rows,
+                                "examples": list(o.examples)} for o in found], **summary})
         return
     click.echo(f"{path}: valid (fingerprint {pol.fingerprint}, accounting {pol.accounting})")
     for ds in summary["datasets"]:
@@ -105,9 +150,15 @@ def _policy_summary(pol: Policy) -> dict[str, Any]:
 @db_option
 @as_option
 @click.option("--yes", "-y", is_flag=True, help="Apply without asking for confirmation.")
+@outside_option
 @json_option
-def policy_apply(path: str, db: str, actor: str | None, yes: bool, as_json: bool) -> None:
-    """Make the policy at PATH the store's active policy (shows and records the changes)."""
+def policy_apply(path: str, db: str, actor: str | None, yes: bool, outside: Handling,
+                 as_json: bool) -> None:
+    """Make the policy at PATH the store's active policy (shows and records the changes).
+
+    The rows are checked against the new domains first (see --outside); when
+    refused, nothing changes.
+    """
     new = Policy.load(path)
     with connect(db, default_actor(actor, db)) as session:
         session.require_admin("change the policy")
@@ -120,6 +171,11 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, as_json: bool
                 click.echo("no changes: the store already enforces this policy")
             return
         session.store.check_policy(new)  # a policy that cannot apply shows no diff first
+        found = session.check_domain(new)
+        _report(found, outside, done=False)
+        error = refusal(found, outside)
+        if error is not None:
+            raise error
         if not as_json:
             click.echo(heading(f"changes from {old.fingerprint} to {new.fingerprint}:"))
             for line in changes:
@@ -128,11 +184,67 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, as_json: bool
                 click.echo(f"  note: {note}")
             if not yes:
                 click.confirm("apply these changes?", abort=True)
-        session.apply_policy(new)
+        session.apply_policy(new, outside)
     if as_json:
         emit_json({"applied": True, "fingerprint": new.fingerprint, "changes": changes})
     else:
         click.echo(f"applied {new.fingerprint}")
+
+
+@policy.command("draft")
+@click.argument("file", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--db", envvar="DPSQL_DB", default=None, type=click.Path(dir_okay=False),
+              help="Draft from a table of this store instead of a file (with --table; "
+                   "administrators only; audited).")
+@click.option("--table", default=None, help="The store's table to draft from (with --db).")
+@click.option("--dataset", default=None,
+              help="Dataset (and table) name in the draft (default: the file or table name).")
+@click.option("--na", default=None, metavar="STR", help="Read this string as NULL (e.g. N).")
+@click.option("--keep-names", is_flag=True,
+              help="Keep column names as in the file (default: lower-case identifiers, as "
+                   "dpsql init names them).")
+@click.option("--max-categories", type=click.IntRange(min=1), default=MAX_CATEGORIES,
+              show_default=True, help="List the values of text and integer columns with at "
+                                      "most this many distinct values.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the draft to this file (default: standard output).")
+@as_option
+def policy_draft(file: str | None, db: str | None, table: str | None, dataset: str | None,
+                 na: str | None, keep_names: bool, max_categories: int, output: str | None,
+                 actor: str | None) -> None:
+    """Draft a policy from FILE (CSV or Parquet) or from --db DB --table T.
+
+    The draft is a complete, valid policy: column types (integer, float,
+    categorical), numeric bounds rounded outward to round numbers with about
+    10 bins, the list of values of columns with few of them, hidden for what
+    looks like an identifier (nearly all values distinct) or free text, and a
+    comment on each column saying what was read from the data. Budgets and the
+    one admin user are placeholders to replace.
+
+    Not DP: every bound and category list is read from the private rows, and
+    whatever the policy keeps becomes public (analysts see the domains). The
+    administrator decides, column by column, what may be public.
+
+    Example: dpsql policy draft adult.csv -o policies/adult.yaml
+    """
+    from dpsql.draft import draft_file, draft_table
+
+    if (file is None) == (db is None or table is None):
+        raise ConfigurationError("draft from either FILE or --db DB --table TABLE")
+    if file is not None:
+        text = draft_file(file, na=na, normalize=not keep_names, dataset=dataset,
+                          max_categories=max_categories)
+    else:
+        assert db is not None
+        assert table is not None
+        with connect(db, default_actor(actor, db)) as session:
+            text = draft_table(session, table, dataset=dataset, max_categories=max_categories)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    Path(output).write_text(text, encoding="utf-8")
+    click.echo(f"wrote {output}: a draft read from the private data; decide what may be public "
+               "before applying it", err=True)
 
 
 @policy.command("show")
