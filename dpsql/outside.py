@@ -166,8 +166,14 @@ def settle(cur: duckdb.DuckDBPyConnection, relation: str, ds: Dataset,
     elif handling == "clamp":
         for name, pred in predicates.items():
             lo, hi = (_bound(b) for b in ds.columns[name].bounds or (0, 0))
-            cur.execute(f"UPDATE {relation} SET {quote(name)} = least(greatest({quote(name)}, "
-                        f"{lo}), {hi}) WHERE {pred}")
+            try:
+                cur.execute(f"UPDATE {relation} SET {quote(name)} = least(greatest("
+                            f"{quote(name)}, {lo}), {hi}) WHERE {pred}")
+            except duckdb.ConstraintException as err:
+                raise DomainError(f"{ds.name}.{name}: the clamped values would break the "
+                                  "table's CHECK constraint (from --enforce-bounds); choose "
+                                  "--outside drop, or bounds that overlap the old ones",
+                                  found) from err
     return found
 
 

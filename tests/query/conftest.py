@@ -100,7 +100,7 @@ def apply_adult_bounds(path: Path, directory: Path, column: str, bounds: list[fl
     policy = directory / f"{column}_bounds.yaml"
     policy.write_text(yaml.safe_dump(raw))
     with dpsql.connect(path, "admin") as admin:
-        admin.apply_policy(policy)
+        admin.apply_policy(policy, outside="keep")  # rows outside stay, for queries to clamp
 
 
 def _init(directory: Path, name: str, text: str, data: dict[str, Path] | None = None,
