@@ -169,3 +169,19 @@ def test_the_python_api_applies_with_the_same_choices(tmp_path: Path) -> None:
         assert admin.store.cursor().execute("SELECT max(age) FROM adult").fetchall() == [(60,)]
     with dpsql.connect(tmp_path / "s.duckdb", "alice") as alice, pytest.raises(AccessDenied):
         alice.check_domain()
+
+
+def test_a_clamp_that_would_break_an_enforced_check_refuses_and_changes_nothing(
+        tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    store, _ = dpsql.init(db, ADULT_POLICY, {"adult": ADULT_SAMPLE}, enforce_bounds=True)
+    store.close()
+    far = tmp_path / "far.yaml"
+    far.write_text(ADULT_POLICY.read_text().replace(
+        AGE, "      age: {type: integer, bounds: [90, 100], bins: 1}"))
+    with dpsql.connect(db, "admin") as admin:
+        first = admin.policy.fingerprint
+        with pytest.raises(DomainError, match="CHECK constraint"):
+            admin.apply_policy(far, outside="clamp")
+        assert admin.policy.fingerprint == first
+    assert _rows(db, "SELECT max(age) FROM adult") == _rows_of_file("SELECT max(age)")
