@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import duckdb
+import yaml
 
 from dpsql.domain import quote
 from dpsql.errors import ConfigurationError
@@ -187,6 +188,12 @@ def _plain(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _key(name: str) -> str:
+    """A column name as a YAML key, quoted where YAML would read another type (on, null, 1)."""
+    plain = yaml.safe_load(f"{name}: 0")
+    return name if isinstance(plain, dict) and list(plain) == [name] else json.dumps(name)
+
+
 def _flow(value: Any) -> str:
     """A YAML flow value: mappings and lists inline, numbers plain, text quoted."""
     if isinstance(value, dict):
@@ -210,7 +217,7 @@ def draft(con: duckdb.DuckDBPyConnection, relation: str, *, dataset: str, table:
         dataset=dataset, table=table)]
     for p in profiles:
         spec, note = column_spec(p, max_categories)
-        key = (p.name + ":").ljust(width)
+        key = (_key(p.name) + ":").ljust(width)
         lines.append(f"      {key} {_flow(spec)}  # from the data: {note}\n")
     lines.append("\n" + USERS.format(dataset=dataset))
     return "".join(lines)

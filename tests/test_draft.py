@@ -113,3 +113,12 @@ def test_a_draft_from_a_store_table_is_for_admins_and_audited(tmp_path: Path) ->
     refused = run("policy", "draft", "--db", str(db), "--table", "adult", "--as", "alice")
     assert refused.returncode == AccessDenied.exit_code
     assert refused.stdout == ""
+
+
+def test_column_names_yaml_would_misread_are_quoted(tmp_path: Path) -> None:
+    data = tmp_path / "flags.csv"
+    data.write_text("on,null,yes,n\n" + "".join(f"{i % 2},{i % 3},{i % 4},{i}\n"
+                                                  for i in range(30)))
+    columns = _columns(_draft(tmp_path, data))
+    assert list(columns) == ["on", "null", "yes", "n"]
+    assert columns["on"] == {"type": "categorical", "values": [0, 1]}
