@@ -11,9 +11,10 @@ constraints, so no value is clamped in SQL) and grown in place;
 ``--no-checks`` imports it without them (every value clamped). If smartnoise-sql is
 installed in /work/venvs/smartnoise, the same queries run through its pandas
 reader (in that venv, on the same rows) and its ratio to plain DuckDB is
-printed too.
+printed too. ``--unit-rows N`` adds a privacy unit of N consecutive rows
+(``max_rows: 1``), so the dpsql runs pay for contribution bounding too.
 
-    python benchmarks/query_overhead.py [--rows 10000000] [--runs 5] [--json]
+    python benchmarks/query_overhead.py [--rows 10000000] [--runs 5] [--unit-rows 4] [--json]
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+import duckdb
 import pyarrow.csv as pacsv
 import yaml
 from _common import median_time, peak_rss_mb, print_table
@@ -41,23 +43,30 @@ SMARTNOISE = Path("/work/venvs/smartnoise/bin/python")
 SAMPLE_ROWS = 5000
 
 
-def build(directory: Path, rows: int, checks: bool = True) -> Path:
+def build(directory: Path, rows: int, checks: bool = True, unit_rows: int = 0) -> Path:
     data = Path(str(resources.files("dpsql").joinpath("data")))
     raw = yaml.safe_load((data / "adult.yaml").read_text())
     big = {"epsilon": 1_000_000}
     raw["datasets"]["adult"].update(budget=big, query_cap={"epsilon": 10},
                                     default_query={"epsilon": 1})
+    sample, person = data / "adult_sample.csv", ""
+    if unit_rows:
+        sample = directory / "adult_units.csv"
+        duckdb.sql(f"COPY (SELECT *, (row_number() OVER () - 1) // {unit_rows} AS person "
+                   f"FROM '{data / 'adult_sample.csv'}') TO '{sample}' (HEADER)")
+        raw["datasets"]["adult"]["columns"]["person"] = {"type": "hidden"}
+        raw["datasets"]["adult"].update(privacy_unit="person", max_rows=1)
+        person = f" REPLACE (a.person + {SAMPLE_ROWS} * (r.range + 1) AS person)"
     for user in raw["users"].values():
         user["budgets"] = {"adult": big}
     policy = directory / "policy.yaml"
     policy.write_text(yaml.safe_dump(raw))
     path = directory / "big.duckdb"
-    store, _ = dpsql.init(path, policy, {"adult": data / "adult_sample.csv"},
-                          enforce_bounds=checks)
+    store, _ = dpsql.init(path, policy, {"adult": sample}, enforce_bounds=checks)
     copies = -(-rows // SAMPLE_ROWS)
     with store.transaction() as cur:
-        cur.execute(f"INSERT INTO main.adult SELECT a.* FROM main.adult a, "
-                    f"range({copies - 1}) LIMIT {rows - SAMPLE_ROWS}")
+        cur.execute(f"INSERT INTO main.adult SELECT a.*{person} FROM main.adult a, "
+                    f"range({copies - 1}) r LIMIT {rows - SAMPLE_ROWS}")
     store.close()
     return path
 
@@ -90,9 +99,11 @@ def main() -> None:
     parser.add_argument("--no-smartnoise", action="store_true")
     parser.add_argument("--no-checks", action="store_true",
                         help="import without enforcing the bounds, so every value is clamped")
+    parser.add_argument("--unit-rows", type=int, default=0,
+                        help="one privacy unit per N consecutive rows (max_rows 1); 0: none")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dpsql-bench-") as tmp:
-        path = build(Path(tmp), args.rows, checks=not args.no_checks)
+        path = build(Path(tmp), args.rows, checks=not args.no_checks, unit_rows=args.unit_rows)
         rows = []
         with dpsql.connect(path, "alice") as session:
             cursor = session.store.cursor()
