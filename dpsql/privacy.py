@@ -14,6 +14,7 @@ privacy maps), so tests can pin the boundary.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
@@ -30,6 +31,8 @@ QUANTUM = Fraction(1, 10**18)
 _PER_UNIT = 10**18
 #: The largest single cost the ledger records (its units column is a 128-bit integer).
 MAX_UNITS = 10**36
+#: How a zCDP cost's epsilon at a delta is worked out (named in JSON forms and provenance).
+CONVERSION = "tight zCDP to (epsilon, delta): Canonne, Kamath & Steinke 2020, Prop. 12"
 
 
 def to_fraction(value: Number, what: str = "value") -> Fraction:
@@ -256,6 +259,7 @@ class PrivacyCost:
         if self.kind == "zcdp" and delta:
             out["epsilon"] = self.epsilon(delta)
             out["delta"] = float(delta)
+            out["conversion"] = CONVERSION
         return out
 
     def __str__(self) -> str:
@@ -276,10 +280,70 @@ def _short(value: Fraction, *, up: bool = True, digits: int = 6) -> str:
 
 
 # -- (epsilon, delta) <-> zCDP ------------------------------------------------
+#
+# rho-zCDP implies (epsilon, delta)-DP at every order alpha = 1 + x > 1 with
+#   epsilon = rho (1 + x) + log(x / (1 + x)) + (log(1/delta) - log(1 + x)) / x
+# (Canonne, Kamath & Steinke 2020, Prop. 12 and Cor. 13), the bound
+# dp-accounting's RDP accountant uses. (It also uses (0, delta)-DP when delta >=
+# sqrt(1 - exp(-rho)), as its orders stop at 1.01; searched over every x > 0,
+# the bound above came out <= 0 there in every case tested.) Every x gives a valid bound, so an
+# inexact search loses tightness, never privacy. The bound's derivative in x is
+# rho - (log(1/delta) - log(1 + x)) / x^2: the best x is the one root of
+# rho x^2 + log(1 + x) = log(1/delta).
+
+_MARGIN = 1e-12  # relative slack covering float error in one bound's terms
+
+
+def _bound_terms(x: float, rho: float, log_inv_delta: float) -> tuple[float, float, float]:
+    """The three terms of the epsilon bound at alpha = 1 + x (their sum is epsilon)."""
+    return rho * (1 + x), math.log(x) - math.log1p(x), (log_inv_delta - math.log1p(x)) / x
+
+
+def _root(f: Callable[[float], float], slope: Callable[[float], float], u: float,
+          lo: float, hi: float) -> float:
+    """The x where ``f``, increasing in u = log x, crosses 0 in [lo, hi].
+
+    Newton's method from ``u`` in steps of at most 1, bisecting whenever a step
+    would leave the bracket.
+    """
+    for _ in range(200):
+        value = f(u)
+        if value < 0:
+            lo = u
+        elif value > 0:
+            hi = u
+        else:
+            break
+        step = max(-1.0, min(1.0, value / slope(u)))
+        if abs(step) <= 1e-12 * max(1.0, abs(u)):
+            break
+        u = u - step if lo < u - step < hi else (lo + hi) / 2
+    return math.exp(u)
+
+
+def zcdp_epsilon(rho: float, delta: float) -> tuple[float, float]:
+    """The tight epsilon of rho-zCDP at ``delta`` and the order alpha that gives it.
+
+    Rounded up past the float error of the bound at that alpha.
+    """
+    log_inv_delta = -math.log(delta)
+
+    def excess(u: float) -> float:
+        return rho * math.exp(2 * u) + math.log1p(math.exp(u)) - log_inv_delta
+
+    def slope(u: float) -> float:
+        x = math.exp(u)
+        return x * (2 * rho * x + 1 / (1 + x))
+
+    top = 0.5 * math.log(log_inv_delta / rho)  # the loose bound's best x: above the root
+    x = _root(excess, slope, top, top - 100, top)
+    terms = _bound_terms(x, rho, log_inv_delta)
+    slack = _MARGIN * sum(abs(term) for term in terms)
+    return max(0.0, math.nextafter(sum(terms) + slack, math.inf)), 1 + x
 
 
 def epsilon_from_rho(rho: Number, delta: Number) -> float:
-    """rho-zCDP implies (rho + 2 sqrt(rho ln(1/delta)), delta)-DP (Bun & Steinke 2016, Prop 1.3).
+    """The smallest epsilon for which rho-zCDP implies (epsilon, delta)-DP (tight, see above).
 
     Rounded up (a display that never understates the loss).
     """
@@ -289,13 +353,41 @@ def epsilon_from_rho(rho: Number, delta: Number) -> float:
         return 0.0
     if d == 0:
         return math.inf
-    return math.nextafter(r + 2 * math.sqrt(r * math.log(1 / d)), math.inf)
+    return zcdp_epsilon(r, d)[0]
+
+
+def _largest_rho(epsilon: float, delta: float) -> float:
+    """The largest rho that is (epsilon, delta)-DP by the bounds above, rounded down.
+
+    At its best x, rho = A / x^2 with A = log(1/delta) - log(1 + x), and its
+    epsilon, E(x) = A (1 + 2x) / x^2 + log(x / (1 + x)), falls as x grows
+    (E' = -1/x^2 - 2A(1 + x)/x^3); the x where E = ``epsilon`` is found, and the
+    bound at that x solved for rho.
+    """
+    log_inv_delta = -math.log(delta)
+
+    def shortfall(u: float) -> float:  # epsilon - E(x), increasing in u = log x
+        x = math.exp(u)
+        a = log_inv_delta - math.log1p(x)
+        return epsilon - a * (1 + 2 * x) / (x * x) - math.log(x) + math.log1p(x)
+
+    def slope(u: float) -> float:
+        x = math.exp(u)
+        return 1 / x + 2 * (log_inv_delta - math.log1p(x)) * (1 + x) / (x * x)
+
+    # The loose bound's rho is smaller, so at its best x E < epsilon already.
+    loose = (math.sqrt(log_inv_delta + epsilon) - math.sqrt(log_inv_delta)) ** 2
+    top = min(0.5 * math.log(log_inv_delta / loose), math.log(math.expm1(log_inv_delta)))
+    x = _root(shortfall, slope, top, top - 100, top)
+    _, log_term, delta_term = _bound_terms(x, 0.0, log_inv_delta)
+    slack = _MARGIN * (epsilon + abs(log_term) + abs(delta_term))
+    return max(0.0, (epsilon - log_term - delta_term - slack) / (1 + x))
 
 
 def rho_from_epsilon_delta(epsilon: Number, delta: Number) -> PrivacyCost:
     """The largest rho whose zCDP guarantee implies (epsilon, delta)-DP, rounded down.
 
-    Inverts ``epsilon_from_rho``: rho = (sqrt(L + epsilon) - sqrt(L))^2 with L = ln(1/delta).
+    Inverts ``epsilon_from_rho`` (the tight conversion) with one search over alpha.
     """
     if _is_infinite(epsilon):
         return PrivacyCost.unbounded("zcdp")
@@ -305,10 +397,8 @@ def rho_from_epsilon_delta(epsilon: Number, delta: Number) -> PrivacyCost:
         raise ConfigurationError(
             "a zCDP budget needs delta > 0 to be written as (epsilon, delta); give rho instead"
         )
-    log_term = math.log(1 / d)
-    rho = (math.sqrt(log_term + eps) - math.sqrt(log_term)) ** 2
-    cost = PrivacyCost.from_fraction("zcdp", Fraction(rho), round_up=False)
-    # Float error may leave rho a hair too large: step down until the bound holds.
+    cost = PrivacyCost.from_fraction("zcdp", Fraction(_largest_rho(eps, d)), round_up=False)
+    # The two searches may settle a hair apart: step down until the bound holds.
     while cost.units > 0 and epsilon_from_rho(cost.value, d) > eps:
         cost = PrivacyCost("zcdp", cost.units - max(1, cost.units // 10**12))
     return cost
