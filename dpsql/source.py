@@ -19,7 +19,7 @@ from dpsql.store import Store, check_identifier
 
 
 def row_key_sql(dataset: Dataset, secret: str) -> str:
-    r"""SQL for a row's choice key: ``md5(secret || json_array(v1, ..., vn))``, lower-case hex.
+    r"""SQL for a row's choice key: the MD5 digest of ``secret || json_array(v1, ..., vn)``.
 
     The values are every column the policy declares (hidden ones and the privacy
     unit included), in column-name order. JSON is the canonical text: a string is
@@ -34,13 +34,14 @@ def row_key_sql(dataset: Dataset, secret: str) -> str:
     ``null``; doubles in the shortest round-trip form with ``.0`` for whole
     numbers (``1.5``, ``100.0``, ``1e-7``, ``-0.0``, ``NaN``, ``Infinity``); dates
     and timestamps as quoted ISO text. The store secret is prefixed as-is (64 hex
-    digits); rows are ranked per unit by the hex digest, ascending. MD5 only
-    spreads the choice; the secret makes it unpredictable. A DuckDB version that
+    digits); rows are ranked per unit by the digest's 16 bytes read as an
+    unsigned little-endian integer (DuckDB's ``md5_number``), ascending. MD5
+    only spreads the choice; the secret makes it unpredictable. A DuckDB version that
     spelled values differently would change the choice, never the bound (each
     query's choice is still a function of the rows alone).
     """
     values = ", ".join(quote(name) for name in sorted(dataset.columns))
-    return f"md5({sql_literal(secret)} || json_array({values}))"
+    return f"md5_number({sql_literal(secret)} || json_array({values}))"
 
 
 def bounded_sql(dataset: Dataset, secret: str) -> str:
