@@ -27,7 +27,7 @@ datasets:
     budget: {{epsilon: 1}}
     columns:
       person: {{type: hidden}}
-      g: {{type: categorical, values: [a, b, c, d, e]}}
+      g: {{type: categorical, values: [a, b, c, d, e, null]}}
       x: {{type: float, bounds: [0, 1], nullable: true}}
 users:
   admin: {{role: admin, budgets: {{t: {{epsilon: 1}}}}}}
