@@ -2,8 +2,8 @@
 
 Privacy: each privacy unit keeps at most ``max_rows`` rows, chosen by a keyed
 hash of the row's *values* (never its physical position), seeded with the
-store's secret so the choice is fixed per store and cannot be steered or
-predicted by the analyst. Removing one unit leaves every other unit's rows,
+store's secret so the choice is fixed per store and cannot be steered by the
+analyst. Removing one unit leaves every other unit's rows,
 hence their hashes and their choice, unchanged, so a count over the result has
 sensitivity ``max_rows`` under add/remove of one unit. Without a privacy unit
 each row is its own unit and nothing is dropped.
@@ -19,29 +19,25 @@ from dpsql.store import Store, check_identifier
 
 
 def row_key_sql(dataset: Dataset, secret: str) -> str:
-    r"""SQL for a row's choice key: the MD5 digest of ``secret || json_array(v1, ..., vn)``.
+    """SQL for a row's choice key: DuckDB's ``hash`` of the secret and the row's values.
 
     The values are every column the policy declares (hidden ones and the privacy
-    unit included), in column-name order. JSON is the canonical text: a string is
-    quoted and escaped, so no value can forge a separator, and NULL (``null``)
-    differs from every string. Rows with equal keys are equal in every declared
-    column, so whichever of them is kept, every query sees the same rows.
+    unit included), in column-name order, so rows with equal keys are equal in
+    every declared column (up to a 64-bit collision) and whichever of them is
+    kept, every query sees the same rows. The choice is a function of the unit's
+    own rows, which is all the sensitivity bound needs; the secret keeps it from
+    being steered by the analyst. ``hash`` treats ``-0.0`` as ``0.0``, all NaNs
+    alike and NULL apart from every value.
 
-    What a later engine (Spark, PostgreSQL) must reproduce to choose the same
-    rows: the text DuckDB's ``json_array`` writes, with no spaces: integers in
-    decimal; strings in double quotes with ``"``, ``\`` and control characters
-    escaped (``\n``, ``\u0001``) and other characters raw UTF-8; ``true``/``false``;
-    ``null``; doubles in the shortest round-trip form with ``.0`` for whole
-    numbers (``1.5``, ``100.0``, ``1e-7``, ``-0.0``, ``NaN``, ``Infinity``); dates
-    and timestamps as quoted ISO text. The store secret is prefixed as-is (64 hex
-    digits); rows are ranked per unit by the digest's 16 bytes read as an
-    unsigned little-endian integer (DuckDB's ``md5_number``), ascending. MD5
-    only spreads the choice; the secret makes it unpredictable. A DuckDB version that
-    spelled values differently would change the choice, never the bound (each
-    query's choice is still a function of the rows alone).
+    DuckDB's ``hash`` is its own, and it costs what the old ``rowid`` hash did.
+    A portable key, ``md5_number(secret || json_array(...))``, ran 2.4-4x slower on
+    10M rows (benchmarks/query_overhead.py ``--unit-rows``). An engine that must
+    choose the same rows as DuckDB (issue 24) needs a key that every engine
+    computes alike, and will pay that cost there. A DuckDB version whose ``hash``
+    changed would change the choice, never the bound.
     """
     values = ", ".join(quote(name) for name in sorted(dataset.columns))
-    return f"md5_number({sql_literal(secret)} || json_array({values}))"
+    return f"hash({sql_literal(secret)}, {values})"
 
 
 def bounded_sql(dataset: Dataset, secret: str) -> str:
