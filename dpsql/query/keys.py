@@ -73,6 +73,9 @@ def width_key(col: Column, width_node: exp.Expr, source: str, node: exp.Expr) ->
                      advice="group a categorical column by itself")
     width = _width(width_node, source, col)
     lo, hi = col.bounds
+    if not math.isfinite(hi / width - lo / width):
+        raise reject(source, f"dp_bin({col.name}, {width:g}) makes too many groups", node,
+                     construct="dp_bin", advice=f"use a wider bin (at most {MAX_CELLS:,} groups)")
     first, last = math.floor(lo / width), math.floor(hi / width)
     count = last - first + 1
     if count > MAX_CELLS:

@@ -23,7 +23,7 @@ from dpsql.query.aggregates import Aggregates
 from dpsql.query.dialect import DPOptions, describe, keyword_start, nested_too_deeply, reject
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
 from dpsql.query.model import GroupKey, Order, Output, QueryPlan
-from dpsql.query.predicates import RowChecker, RowScope, Type, number_literal
+from dpsql.query.predicates import RowChecker, RowScope, Type, read_number
 
 _SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset",
                 "hint"}
@@ -243,7 +243,7 @@ class _Planner:
             if not (isinstance(value, exp.Literal) and not value.is_string):
                 raise reject(self.text, f"option {name} needs a number", item,
                              construct="OPTIONS", advice=f"OPTIONS ({name} = 0.5)")
-            options[name] = number_literal(value.this, value, self.text).sql()
+            options[name] = read_number(value, self.text).text
             amount = Fraction(options[name])
             if (amount < 0 or amount >= 1) if name == "delta" else amount <= 0:
                 raise reject(self.text, f"option {name} must be " + (

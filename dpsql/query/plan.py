@@ -210,18 +210,22 @@ def key_sql(key: GroupKey, col: Column, ctx: Context) -> str:
     null_code = str(len(key.values) - 1) if col.nullable else "NULL"
     if key.mode == "policy_bins":
         return Attribute(col).encode_sql(name)
+    # A code is the clamped value's offset from the first key, at most the key set's size:
+    # subtracting in BIGINT or DOUBLE first keeps a narrow column's type (TINYINT - -100
+    # overflows) and a value far from zero (CAST(1e20 AS BIGINT)) out of the arithmetic.
     if key.mode == "value":
         assert col.bounds is not None
-        value = _clamped(col, ctx)
-        if not _integer_column(col, ctx):
-            value = f"CAST(floor({value}) AS BIGINT)"
-        code = f"{value} - {int(col.bounds[0])}"
+        value, low = _clamped(col, ctx), int(col.bounds[0])
+        if _integer_column(col, ctx):
+            code = f"CAST({value} AS BIGINT) - {low}"
+        else:
+            code = f"CAST(floor({value}) - {sql_literal(float(low))} AS BIGINT)"
     else:
         assert col.bounds is not None
         assert key.width is not None
-        first = math.floor(col.bounds[0] / key.width)
+        first = float(math.floor(col.bounds[0] / key.width))
         code = (f"CAST(floor(CAST({_clamped(col, ctx)} AS DOUBLE) / {sql_literal(key.width)}) "
-                f"AS BIGINT) - {first}")
+                f"- {sql_literal(first)} AS BIGINT)")
     return f"(CASE WHEN {name} IS NULL THEN {null_code} ELSE {code} END)"
 
 

@@ -5,7 +5,10 @@ through comparisons, BETWEEN, IN (literal lists), IS [NOT] NULL, LIKE/ILIKE,
 AND/OR/NOT, arithmetic and a few scalar functions. Every construct is
 type-checked here so that the generated SQL cannot fail on some row: a failure
 would reveal something about the data (a bad cast, an overflow, a division by
-zero). Arithmetic is therefore done in DOUBLE, where DuckDB never raises.
+zero), and it would come after the charge. Arithmetic on columns is therefore
+done in DOUBLE, where DuckDB never raises, and arithmetic on literals alone is
+folded here, exactly: DuckDB never sees it, and a constant that overflows BIGINT
+or DOUBLE, or divides by zero, is refused before any charge.
 
 Privacy: a row predicate is a function of one row, so filtering before
 aggregation does not change any sensitivity.
@@ -14,9 +17,11 @@ aggregation does not change any sensitivity.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Literal
 
 from sqlglot import exp
@@ -34,6 +39,9 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeE
                 exp.NullSafeNEQ)
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div)
 _INT64 = 2**63
+_DOUBLE_MAX = Fraction(2**1024 - 2**971)  # the largest finite DOUBLE
+_FOLD = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul,
+         exp.Div: operator.truediv}
 NONDETERMINISTIC = frozenset({
     "rand", "random", "uuid", "gen_random_uuid", "uuidv4", "uuidv7", "now", "setseed",
     "current_date", "current_time", "current_timestamp", "currenttimestamp", "currentdate",
@@ -54,12 +62,58 @@ def sql_type(duckdb_type: str) -> Type:
     return "other"
 
 
-def number_literal(text: str, node: exp.Expr, source: str) -> exp.Expr:
-    """A numeric literal in canonical form (int64 or a finite double), or QueryRejected."""
+@dataclass(frozen=True)
+class Constant:
+    """The exact value of numeric literals under + - * / abs(); ``integer``: typed BIGINT.
+
+    Integer literals and + - * abs() of them are BIGINT, as in DuckDB; a decimal
+    literal or a division makes the value DOUBLE (rounded once, when written out).
+    """
+
+    value: Fraction
+    integer: bool
+
+    @property
+    def text(self) -> str:
+        """The value as a SQL number: the integer, or the nearest DOUBLE."""
+        return str(self.value.numerator) if self.integer else repr(float(self.value))
+
+    def sql(self) -> exp.Expr:
+        """The value as SQL: a BIGINT literal or a DOUBLE literal."""
+        if self.integer:
+            return exp.Literal.number(self.text)
+        return exp.cast(exp.Literal.number(self.text), exp.DataType.build("DOUBLE"))
+
+
+def _shown(node: exp.Expr) -> str:
+    text = node.sql(dialect="duckdb")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _representable(constant: Constant, node: exp.Expr, source: str) -> Constant:
+    """``constant`` if BIGINT (integers) or DOUBLE (the rest) holds it, else QueryRejected."""
+    if constant.integer:
+        if -_INT64 <= constant.value < _INT64:
+            return constant
+        raise reject(source, f"the constant {_shown(node)} is outside the BIGINT range", node,
+                     construct="constant out of range", advice="keep integer constants "
+                     "within +-9223372036854775807, or write a decimal (1e19) to compute "
+                     "in DOUBLE")
     try:
-        value = int(text)
-        if -_INT64 < value < _INT64:
-            return exp.Literal.number(str(value))
+        float(constant.value)
+    except OverflowError:
+        raise reject(source, f"the constant {_shown(node)} is outside the DOUBLE range", node,
+                     construct="constant out of range",
+                     advice="use numbers below 1.7e308 in magnitude") from None
+    return constant
+
+
+def read_number(node: exp.Literal, source: str, negated: bool = False) -> Constant:
+    """The exact value of a numeric literal (negated for ``-literal``), or QueryRejected."""
+    text = node.this
+    sign = -1 if negated else 1
+    try:
+        return _representable(Constant(Fraction(sign * int(text)), True), node, source)
     except ValueError:
         pass
     try:
@@ -70,7 +124,56 @@ def number_literal(text: str, node: exp.Expr, source: str) -> exp.Expr:
     if not math.isfinite(number):
         raise reject(source, f"the number {text} is out of range", node, construct="literal",
                      advice="use a finite number")
-    return exp.Literal.number(repr(number))
+    exponent = re.search(r"[eE]([+-]?\d+)$", text)
+    try:  # the decimal's own value, unless its exponent is too long to expand exactly
+        exact = Fraction(text) if not exponent or abs(int(exponent[1])) <= 400 \
+            else Fraction(number)
+    except ValueError:
+        exact = Fraction(number)
+    return Constant(sign * exact, False)
+
+
+@dataclass
+class Folder:
+    """Evaluates constant subexpressions exactly, each node once (a memo by node)."""
+
+    source: str
+    known: dict[int, Constant | None] = field(default_factory=dict)
+
+    def constant(self, node: exp.Expr) -> Constant | None:
+        """The value of ``node`` if it is made of numeric literals only, else None."""
+        key = id(node)
+        if key not in self.known:
+            self.known[key] = self._evaluate(node)
+        return self.known[key]
+
+    def _evaluate(self, node: exp.Expr) -> Constant | None:
+        if isinstance(node, exp.Literal):
+            return None if node.is_string else read_number(node, self.source)
+        if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) \
+                and not node.this.is_string:
+            return read_number(node.this, self.source, negated=True)
+        if isinstance(node, (exp.Paren, exp.Neg, exp.Abs)):
+            inner = self.constant(node.this)
+            if inner is None or isinstance(node, exp.Paren):
+                return inner
+            value = -inner.value if isinstance(node, exp.Neg) else abs(inner.value)
+            return _representable(Constant(value, inner.integer), node, self.source)
+        op = _FOLD.get(type(node))
+        if op is None:
+            return None
+        left = self.constant(node.this)
+        right = self.constant(node.expression) if left is not None else None
+        if left is None or right is None:
+            return None
+        if isinstance(node, exp.Div):
+            if right.value == 0:
+                raise reject(self.source, f"{_shown(node)} divides by zero", node,
+                             construct="division by zero", advice="divide by a non-zero "
+                             "number")
+            return _representable(Constant(left.value / right.value, False), node, self.source)
+        return _representable(Constant(op(left.value, right.value),
+                                       left.integer and right.integer), node, self.source)
 
 
 _TOTAL_NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
@@ -130,6 +233,7 @@ class RowChecker:
     def __init__(self, scope: RowScope) -> None:
         self.scope = scope
         self.source = scope.source
+        self.folder = Folder(scope.source)
         handlers: dict[type, Callable[[exp.Expr], tuple[exp.Expr, Type]]] = {
             exp.Column: self._column, exp.Literal: self._literal, exp.Null: self._null,
             exp.Boolean: self._boolean, exp.Paren: self._paren, exp.Neg: self._neg,
@@ -151,6 +255,9 @@ class RowChecker:
 
     def check(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         """The total rewrite of ``node`` and its type, or QueryRejected."""
+        constant = self.folder.constant(node)
+        if constant is not None:
+            return constant.sql(), "num"
         handler = self.handlers.get(type(node))
         if handler is not None:
             return handler(node)
@@ -212,15 +319,8 @@ class RowChecker:
 
     def _literal(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         assert isinstance(node, exp.Literal)
-        if node.is_string:
-            return exp.Literal.string(node.this), "str"
-        literal = number_literal(node.this, node, self.source)
-        if "." in literal.this or "e" in literal.this.lower():
-            # A decimal literal is typed DECIMAL(p, s): comparing it with an integer or
-            # wide decimal column casts the column to DECIMAL(38, s), which raises on
-            # large values, so an error would depend on the data. DOUBLE is total.
-            return exp.cast(literal, exp.DataType.build("DOUBLE")), "num"
-        return literal, "num"
+        assert node.is_string  # numbers are constants, folded before this
+        return exp.Literal.string(node.this), "str"
 
     def _null(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         return exp.null(), "null"
@@ -318,8 +418,9 @@ class RowChecker:
 
     def _escape(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         char = node.expression
-        if not (isinstance(char, exp.Literal) and char.is_string and len(char.this) == 1):
-            raise reject(self.source, "ESCAPE takes one quoted character", node,
+        if not (isinstance(char, exp.Literal) and char.is_string and len(char.this) == 1
+                and char.this.isascii()):  # DuckDB takes one byte, and checks it per row
+            raise reject(self.source, "ESCAPE takes one quoted ASCII character", node,
                          construct="ESCAPE", advice="write LIKE 'a!%%' ESCAPE '!'")
         if not isinstance(node.this, (exp.Like, exp.ILike)):
             raise self._refuse(node)

@@ -36,7 +36,7 @@ QUERIES = [
     "SELECT COUNT(*) FROM t WHERE {c} BETWEEN 0.5 AND 1e30",
     "SELECT COUNT(*) FROM t WHERE {c} IN (1, 2.5, -3)",
     "SELECT COUNT(*) FROM t WHERE {c} + 0.5 > 1 OR -{c} < 0.25",
-    "SELECT COUNT(*) FROM t WHERE {c} >= 99999999999999999999999",
+    "SELECT COUNT(*) FROM t WHERE {c} >= 99999999999999999999999.0",
     "SELECT SUM({c}), AVG({c}), COUNT({c}) FROM t",
     "SELECT dp_bin({c}), COUNT(*) FROM t GROUP BY dp_bin({c})",
     "SELECT dp_bin({c}, 100), SUM({c}) FROM t GROUP BY 1",
