@@ -11,13 +11,14 @@ store the noisy measures -> post-process. The ledger charges before any
 private value is computed; while the charge commits, a helper thread checks
 that a kept plan's table still has its column types and binds the generated
 SQL, and another draws the noise while the query runs (neither reads a
-private value). A failure after the charge keeps the charge and
-records a reason that does not depend on the data.
+private value). Any failure after the charge keeps the charge and gives one
+fixed reply and audit reason, whatever the rows or the database's message.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -30,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.errors import ConfigurationError, DPSQLError, InternalError, QueryRejected
+from dpsql.errors import ConfigurationError, InternalError, QueryRejected
 from dpsql.ledger import Ledger
 from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost
@@ -65,6 +66,13 @@ if TYPE_CHECKING:
     from dpsql.session import Session
 
 DEFAULT_CONFIDENCE = 0.95
+#: The one reply to any failure after a charge (engine error, interrupt, bug) and its audit
+#: reason: whether a query fails must not depend on the rows (the SQL is total), and what
+#: the analyst reads then does not either. The cause goes to the log only.
+FAILED_AFTER_CHARGE = ("the query failed after it was charged, and the charge stands; this "
+                       "is a bug in dpsql, please report it with your query")
+FAILED_REASON = "the generated query did not complete; the charge stands"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -425,13 +433,12 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Futu
                            charge.id, prepared.noises, noisy,
                            lambda cur: call.ledger.close(charge, "answered", cursor=cur))
     except BaseException as err:
-        reason = str(err)[:2000] if isinstance(err, _RefusedAfterCharge) else \
-            "the generated query did not complete; the charge stands"
-        call.ledger.close(charge, "failed", reason=reason)
-        if isinstance(err, DPSQLError):
+        if isinstance(err, _RefusedAfterCharge):  # planning refused it: the schema, not rows
+            call.ledger.close(charge, "failed", reason=str(err)[:2000])
             raise
-        raise InternalError("the query failed after it was charged; this is a bug in dpsql, "
-                            "please report it with your query") from None
+        call.ledger.close(charge, "failed", reason=FAILED_REASON)
+        log.error("request %d failed after its charge", charge.id, exc_info=err)
+        raise InternalError(FAILED_AFTER_CHARGE) from None
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
                    notice, False, charge.id)
 

@@ -172,7 +172,10 @@ def evaluate(node: exp.Expr, table: pa.Table) -> Value:
         if node.is_string:
             return pa.scalar(node.this)
         text = node.this
-        return pa.scalar(int(text)) if text.lstrip("-").isdigit() else pa.scalar(float(text))
+        if not text.lstrip("-").isdigit():
+            return pa.scalar(float(text))
+        number = int(text)  # 2**63 under a minus sign is BIGINT's minimum
+        return pa.scalar(number) if -2**63 <= number < 2**63 else pa.scalar(float(number))
     if isinstance(node, exp.Null):
         return pa.scalar(None, type=pa.null())
     if isinstance(node, exp.Boolean):
