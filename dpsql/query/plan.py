@@ -19,11 +19,13 @@ raise on particular data: casts are of clamped values, arithmetic is in DOUBLE.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -308,15 +310,35 @@ def _codes(key: GroupKey, col: Column, column: pa.ChunkedArray) -> np.ndarray:
         if pa.types.is_dictionary(column.type):  # an ENUM column arrives dictionary-encoded
             column = column.cast(column.type.value_type)
         values = [v for v in key.values if v is not None]
-        value_set = pa.array(values).cast(column.type) if values else pa.array([], column.type)
+        value_set, positions = _value_set(values, column.type)
         found = pc.index_in(column, value_set=value_set)
         codes = found.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        if positions is not None:
+            codes = np.where(codes >= 0, positions[np.maximum(codes, 0)], -1)
         if col.nullable:
             codes[column.is_null().to_numpy(zero_copy_only=False)] = size - 1
         return codes
     codes = column.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     codes[(codes < 0) | (codes >= size)] = -1
     return codes
+
+
+def _value_set(values: list[Any], kind: pa.DataType) -> tuple[pa.Array, np.ndarray | None]:
+    """The declared values as the column's type, and their codes if some cannot be.
+
+    A declared value the column type cannot hold (300 for a TINYINT) matches no row;
+    it must not make the cast fail after the charge.
+    """
+    try:
+        return pa.array(values, kind), None
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    kept = []
+    for i, value in enumerate(values):
+        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            pa.array([value], kind)
+            kept.append(i)
+    return pa.array([values[i] for i in kept], kind), np.array(kept, dtype=np.int64)
 
 
 def expand_public_keys(plan: QueryPlan, sparse: pa.Table) -> list[np.ndarray]:

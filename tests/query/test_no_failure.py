@@ -74,14 +74,15 @@ TABLES = {
 POLICY = table_policy("\n".join(f"      {c}: {spec}" for c, (_, spec) in COLUMNS.items()))
 
 
-def make_store(directory: Path, rows: tuple[str, ...], policy: str = POLICY) -> Path:
-    """A store holding table ``t`` (the columns above) with ``rows``, under ``policy``."""
+def make_store(directory: Path, rows: tuple[str, ...], policy: str = POLICY,
+               columns: dict[str, tuple[str, str]] = COLUMNS) -> Path:
+    """A store holding table ``t`` (``columns``) with ``rows``, under ``policy``."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "p.yaml").write_text(policy)
     path = directory / "t.duckdb"
     with Store.open(path, create=True) as store, store.transaction() as cur:
         cur.execute("CREATE TABLE main.t ("
-                    + ", ".join(f"{c} {t}" for c, (t, _) in COLUMNS.items()) + ")")
+                    + ", ".join(f"{c} {t}" for c, (t, _) in columns.items()) + ")")
         for row in rows:
             cur.execute(f"INSERT INTO main.t VALUES {row}")
     with Store.open(path) as store:
@@ -375,3 +376,14 @@ def test_the_attack_is_refused_before_its_charge(build: Callable[..., Path]) -> 
             with pytest.raises(dpsql.QueryRejected, match="BIGINT"):
                 alice.sql(sql)
         assert charges(alice) == 0
+
+
+def test_a_declared_value_the_column_type_cannot_hold_matches_no_row(tmp_path: Path) -> None:
+    """A TINYINT column declared with the value 300: grouping by it answers, 300 empty."""
+    declared = "{type: categorical, values: [1, 300, -5]}"
+    path = make_store(tmp_path, ("(1)", "(-5)", "(-5)", "(44)"),
+                      table_policy(f"      ti: {declared}"), {"ti": ("TINYINT", declared)})
+    with dpsql.connect(path, "admin") as session:
+        table = session.sql("SELECT ti, COUNT(*) AS n FROM t GROUP BY ti").table
+    assert dict(zip(table.column("ti").to_pylist(), table.column("n").to_pylist(),
+                    strict=True)) == {1: 1, 300: 0, -5: 2}
