@@ -39,7 +39,6 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeE
                 exp.NullSafeNEQ)
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div)
 _INT64 = 2**63
-_DOUBLE_MAX = Fraction(2**1024 - 2**971)  # the largest finite DOUBLE
 _FOLD = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul,
          exp.Div: operator.truediv}
 NONDETERMINISTIC = frozenset({
@@ -138,14 +137,14 @@ class Folder:
     """Evaluates constant subexpressions exactly, each node once (a memo by node)."""
 
     source: str
-    known: dict[int, Constant | None] = field(default_factory=dict)
+    known: dict[int, tuple[exp.Expr, Constant | None]] = field(default_factory=dict)
 
     def constant(self, node: exp.Expr) -> Constant | None:
         """The value of ``node`` if it is made of numeric literals only, else None."""
-        key = id(node)
-        if key not in self.known:
-            self.known[key] = self._evaluate(node)
-        return self.known[key]
+        seen = self.known.get(id(node))
+        if seen is None or seen[0] is not node:  # holding the node keeps its id unique
+            seen = self.known[id(node)] = (node, self._evaluate(node))
+        return seen[1]
 
     def _evaluate(self, node: exp.Expr) -> Constant | None:
         if isinstance(node, exp.Literal):
