@@ -41,6 +41,7 @@ _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div)
 _INT64 = 2**63
 _FOLD = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul,
          exp.Div: operator.truediv}
+_FOLDABLE = frozenset({exp.Literal, exp.Neg, exp.Paren, exp.Abs, *_FOLD})
 NONDETERMINISTIC = frozenset({
     "rand", "random", "uuid", "gen_random_uuid", "uuidv4", "uuidv7", "now", "setseed",
     "current_date", "current_time", "current_timestamp", "currenttimestamp", "currentdate",
@@ -69,7 +70,7 @@ class Constant:
     literal or a division makes the value DOUBLE (rounded once, when written out).
     """
 
-    value: Fraction
+    value: int | Fraction  # an int when ``integer`` (much faster than a Fraction)
     integer: bool
 
     @property
@@ -112,7 +113,7 @@ def read_number(node: exp.Literal, source: str, negated: bool = False) -> Consta
     text = node.this
     sign = -1 if negated else 1
     try:
-        return _representable(Constant(Fraction(sign * int(text)), True), node, source)
+        return _representable(Constant(sign * int(text), True), node, source)
     except ValueError:
         pass
     try:
@@ -141,14 +142,16 @@ class Folder:
 
     def constant(self, node: exp.Expr) -> Constant | None:
         """The value of ``node`` if it is made of numeric literals only, else None."""
+        if type(node) not in _FOLDABLE:  # most nodes: nothing to remember
+            return None
+        if isinstance(node, exp.Literal):  # a leaf: cheaper to read than to remember
+            return None if node.is_string else read_number(node, self.source)
         seen = self.known.get(id(node))
         if seen is None or seen[0] is not node:  # holding the node keeps its id unique
             seen = self.known[id(node)] = (node, self._evaluate(node))
         return seen[1]
 
     def _evaluate(self, node: exp.Expr) -> Constant | None:
-        if isinstance(node, exp.Literal):
-            return None if node.is_string else read_number(node, self.source)
         if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) \
                 and not node.this.is_string:
             return read_number(node.this, self.source, negated=True)
@@ -170,7 +173,8 @@ class Folder:
                 raise reject(self.source, f"{_shown(node)} divides by zero", node,
                              construct="division by zero", advice="divide by a non-zero "
                              "number")
-            return _representable(Constant(left.value / right.value, False), node, self.source)
+            return _representable(Constant(Fraction(left.value) / right.value, False), node,
+                                  self.source)
         return _representable(Constant(op(left.value, right.value),
                                        left.integer and right.integer), node, self.source)
 
