@@ -165,6 +165,8 @@ def evaluate(node: exp.Expr, table: pa.Table) -> Value:
             left, right = _typed(left, _type(right)), _typed(right, _type(left))
             if pa.types.is_null(_type(left)):  # NULL = NULL, NULL < NULL, ...
                 return pa.scalar(None, pa.bool_())
+            if _mixed_numbers(left, right):  # Arrow's own cast refuses large integers
+                left, right = _float(left), _float(right)
         return op(left, right)
     if isinstance(node, exp.Column):
         return table.column(node.name)
@@ -214,9 +216,10 @@ def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
         value = evaluate(node.this, table)
         if pa.types.is_null(_type(value)):
             return pa.scalar(None, pa.bool_())
-        items = [evaluate(e, table) for e in node.expressions]
-        found = pc.is_in(value, value_set=pa.array([i.as_py() for i in items]).cast(
-            _type(value)))
+        items = [evaluate(e, table).as_py() for e in node.expressions]
+        if pa.types.is_integer(_type(value)) and any(isinstance(i, float) for i in items):
+            value = _float(value)  # COUNT(*) IN (1.5): compare as DOUBLE, as SQL does
+        found = pc.is_in(value, value_set=pa.array(items).cast(_type(value)))
         return pc.if_else(pc.is_null(value), pa.scalar(None, pa.bool_()), found)
     if isinstance(node, exp.Is):
         value = evaluate(node.this, table)
@@ -282,11 +285,18 @@ def _typed(value: Value, kind: pa.DataType) -> Value:
     return value
 
 
+def _mixed_numbers(left: Value, right: Value) -> bool:
+    """An integer compared with a floating-point number (SQL compares them as DOUBLE)."""
+    kinds = (_type(left), _type(right))
+    return any(pa.types.is_integer(k) for k in kinds) and any(pa.types.is_floating(k)
+                                                              for k in kinds)
+
+
 def _float(value: Value) -> Value:
     kind = value.type
     if pa.types.is_null(kind):
         return pa.scalar(None, pa.float64()) if isinstance(value, pa.Scalar) else \
             pa.nulls(len(value), pa.float64())
     if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
-        return pc.cast(value, pa.float64())
+        return pc.cast(value, pa.float64(), safe=False)  # rounds large integers, as DOUBLE does
     return value
