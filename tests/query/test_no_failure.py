@@ -264,8 +264,11 @@ def allowed_query(draw: st.DrawFn) -> str:
         sql += f" WHERE {draw(_condition(2))}"
     if keys:
         sql += f" GROUP BY {', '.join(keys)}"
+    having = st.one_of(
+        st.builds("COUNT(*) > {}".format, _number(1).filter(lambda n: n not in NUMERIC)),
+        st.builds("COUNT(*) IN ({}, {})".format, *[st.sampled_from(INTEGERS + DECIMALS)] * 2))
     if draw(st.integers(0, 3)) == 0:
-        sql += f" HAVING COUNT(*) > {draw(_number(1).filter(lambda n: n not in NUMERIC))}"
+        sql += f" HAVING {draw(having)}"
     return sql
 
 
