@@ -219,7 +219,9 @@ def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
         items = [evaluate(e, table).as_py() for e in node.expressions]
         if pa.types.is_integer(_type(value)) and any(isinstance(i, float) for i in items):
             value = _float(value)  # COUNT(*) IN (1.5): compare as DOUBLE, as SQL does
-        found = pc.is_in(value, value_set=pa.array(items).cast(_type(value)))
+        if pa.types.is_floating(_type(value)):  # Arrow refuses to round large integers
+            items = [float(i) if isinstance(i, int) else i for i in items]
+        found = pc.is_in(value, value_set=pa.array(items, _type(value)))
         return pc.if_else(pc.is_null(value), pa.scalar(None, pa.bool_()), found)
     if isinstance(node, exp.Is):
         value = evaluate(node.this, table)
