@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from dpsql.errors import ConfigurationError, InternalError, QueryRejected
+from dpsql.errors import ConfigurationError, InternalError, QueryCanceled, QueryRejected
 from dpsql.ledger import Ledger
 from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from dpsql.session import Session
 
 DEFAULT_CONFIDENCE = 0.95
-#: The one reply to any failure after a charge (engine error, interrupt, bug) and its audit
+#: The one reply to any failure after a charge (engine error, bug) and its audit
 #: reason: whether a query fails must not depend on the rows (the SQL is total), and what
 #: the analyst reads then does not either. The cause goes to the log only.
 FAILED_AFTER_CHARGE = ("the query failed after it was charged, and the charge stands; this "
@@ -433,7 +433,8 @@ def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Futu
                            charge.id, prepared.noises, noisy,
                            lambda cur: call.ledger.close(charge, "answered", cursor=cur))
     except BaseException as err:
-        if isinstance(err, _RefusedAfterCharge):  # planning refused it: the schema, not rows
+        if isinstance(err, (_RefusedAfterCharge, QueryCanceled)):
+            # Fixed texts caused by the schema or by the analyst's cancel, not by the rows.
             call.ledger.close(charge, "failed", reason=str(err)[:2000])
             raise
         call.ledger.close(charge, "failed", reason=FAILED_REASON)
