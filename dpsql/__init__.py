@@ -5,6 +5,8 @@ the policy enforces, and differentially private synthetic tables with their
 provenance. Raw rows never leave the store.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from dpsql.errors import (
     AccessDenied,
     BudgetExceeded,
@@ -16,9 +18,22 @@ from dpsql.errors import (
     ReleaseError,
     StoreError,
 )
-from dpsql.session import Session, connect, init
+
+if TYPE_CHECKING:
+    from dpsql.session import Session, connect, init
 
 __version__ = "0.1.0"
+_SESSION_NAMES = ("Session", "connect", "init")
+
+
+def __getattr__(name: str) -> Any:
+    """Import the session layer on first use, so ``dpsql --version`` loads no DuckDB or NumPy."""
+    if name in _SESSION_NAMES:
+        from dpsql import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module 'dpsql' has no attribute {name!r}")
+
 
 __all__ = [
     "AccessDenied",

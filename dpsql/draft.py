@@ -20,14 +20,11 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-import yaml
-
-from dpsql.domain import quote
 from dpsql.errors import ConfigurationError
-from dpsql.store import check_identifier, normalize_name, read_file
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the CLI reads MAX_CATEGORIES at startup: DuckDB loads when used
+    import duckdb
+
     from dpsql.session import Session
 
 #: A text or integer column with at most this many distinct values is categorical.
@@ -112,6 +109,8 @@ class Profile:
 def profile(con: duckdb.DuckDBPyConnection, relation: str, name: str, sql_type: str,
             max_categories: int) -> Profile:
     """Counts, range and (up to ``max_categories``) the distinct values of one column."""
+    from dpsql.domain import quote
+
     col = quote(name)
     base = Profile(name, sql_type, 0, 0, 0)
     finite = f" FILTER (WHERE isfinite({col}::DOUBLE))" if base.kind == "float" else ""
@@ -190,6 +189,8 @@ def _plain(value: Any) -> str:
 
 def _key(name: str) -> str:
     """A column name as a YAML key, quoted where YAML would read another type (on, null, 1)."""
+    import yaml
+
     plain = yaml.safe_load(f"{name}: 0")
     return name if isinstance(plain, dict) and list(plain) == [name] else json.dumps(name)
 
@@ -207,6 +208,8 @@ def _flow(value: Any) -> str:
 def draft(con: duckdb.DuckDBPyConnection, relation: str, *, dataset: str, table: str,
           source: str, max_categories: int = MAX_CATEGORIES) -> str:
     """A complete policy (YAML text) for ``relation``, every derived line commented."""
+    from dpsql.store import check_identifier
+
     check_identifier(dataset, "dataset name")
     check_identifier(table, "table name")
     rel = con.sql(f"SELECT * FROM {relation}")
@@ -226,6 +229,10 @@ def draft(con: duckdb.DuckDBPyConnection, relation: str, *, dataset: str, table:
 def draft_file(path: str | Path, *, na: str | None = None, normalize: bool = True,
                dataset: str | None = None, max_categories: int = MAX_CATEGORIES) -> str:
     """Draft a policy for a CSV/Parquet file, named as ``dpsql init --import`` would name it."""
+    import duckdb
+
+    from dpsql.store import normalize_name, read_file
+
     data = read_file(path, na=na)
     if normalize:
         data = data.rename_columns([normalize_name(c) for c in data.column_names])
@@ -242,6 +249,9 @@ def draft_file(path: str | Path, *, na: str | None = None, normalize: bool = Tru
 def draft_table(session: Session, table: str, *, dataset: str | None = None,
                 max_categories: int = MAX_CATEGORIES) -> str:
     """Draft a policy for a sensitive table of a store (admins only; audited: not DP)."""
+    from dpsql.domain import quote
+    from dpsql.store import check_identifier
+
     session.require_admin("draft a policy from the raw rows")
     check_identifier(table, "table name")
     if table not in session.store.tables():

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import duckdb
-
-from dpsql.domain import quote, sql_literal
 from dpsql.errors import ConfigurationError
-from dpsql.policy import Column, Dataset
+
+if TYPE_CHECKING:  # the CLI reads HANDLINGS at startup: DuckDB and NumPy load when used
+    import duckdb
+
+    from dpsql.policy import Column, Dataset
 
 Handling = Literal["refuse", "drop", "clamp", "keep"]
 
@@ -78,6 +79,8 @@ def outside_predicate(col: Column, sql_type: str) -> str | None:
     None when the table column cannot be compared with the declared domain (a type
     mismatch, which :meth:`dpsql.store.Store.check_policy` reports on its own).
     """
+    from dpsql.domain import quote, sql_literal
+
     name = quote(col.name)
     numeric_sql = any(t in sql_type.upper() for t in _NUMERIC_SQL)
     if col.numeric:
@@ -104,6 +107,8 @@ def find_outside(cur: duckdb.DuckDBPyConnection, relation: str, ds: Dataset,
     One pass counts every column; a second query per affected column picks its
     most frequent outside values as examples.
     """
+    from dpsql.domain import quote
+
     predicates = {c.name: p for c in ds.columns.values() if c.name in types
                   and (p := outside_predicate(c, types[c.name])) is not None}
     if not predicates:
@@ -155,6 +160,10 @@ def settle(cur: duckdb.DuckDBPyConnection, relation: str, ds: Dataset,
     Raises :class:`DomainError` (before writing anything) when ``handling`` does not
     allow going ahead; returns what was found.
     """
+    import duckdb
+
+    from dpsql.domain import quote
+
     found = find_outside(cur, relation, ds, types)
     error = refusal(found, handling)
     if error is not None:
@@ -179,6 +188,8 @@ def settle(cur: duckdb.DuckDBPyConnection, relation: str, ds: Dataset,
 
 def _bound(value: float) -> str:
     """A declared bound as a SQL literal (integral bounds as integers)."""
+    from dpsql.domain import sql_literal
+
     return sql_literal(int(value) if float(value).is_integer() else value)
 
 

@@ -13,6 +13,7 @@ DuckDB lets one process write a file at a time; a second writer gets
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -703,6 +704,8 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
             who = f" (process {holder.group(1)})" if holder else ""
             raise StoreError(f"{path} is open for writing by another process{who}; stop it "
                              "(for example a running dpsql serve) and try again") from err
+        if "permission denied" in text.lower():  # an OS failure, not a broken store
+            raise PermissionError(errno.EACCES, "permission denied", str(path)) from err
         raise StoreError(f"{path} is not a readable DuckDB database ({text.splitlines()[0]}); "
                          "check the path (--db or $DPSQL_DB); if it was your store, restore "
                          "it from a backup") from err

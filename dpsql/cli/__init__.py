@@ -2,7 +2,10 @@
 
 Every command on a store takes ``--db PATH`` (default: $DPSQL_DB). Output is a
 table on a terminal and JSON with ``--json``. Exit codes follow the error
-class (see :mod:`dpsql.errors`).
+class (see :mod:`dpsql.errors`); an operating-system failure (permission
+denied, disk full) exits 74 and Ctrl-C exits 130. Command modules import
+DuckDB, Arrow and the rest inside their commands, so ``--help`` and
+``--version`` answer at once.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ import click
 
 from dpsql.cli.common import cli
 from dpsql.errors import DPSQLError
+
+EXIT_OS_ERROR = 74  # sysexits' EX_IOERR
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _load_commands() -> None:
@@ -35,20 +41,46 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except DPSQLError as err:
         _fail(err.code, str(err), err.exit_code, as_json)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(1)
+    except click.exceptions.Abort as err:  # click turns Ctrl-C into Abort
+        interrupted = isinstance(err.__context__, KeyboardInterrupt)
+        click.echo("interrupted" if interrupted else "aborted", err=True)
+        sys.exit(EXIT_INTERRUPTED if interrupted else 1)
     except click.ClickException as err:
         err.show()
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
-    except Exception as err:  # a bug: say so, without a stack trace for the user
-        if os.environ.get("DPSQL_DEBUG"):
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:  # the reader went away (dpsql audit | head): nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except Exception as err:
+        io_failure = _io_failure(err)
+        if io_failure:
+            _fail("os_error", io_failure, EXIT_OS_ERROR, as_json)
+        if os.environ.get("DPSQL_DEBUG"):  # a bug: say so, without a stack trace for the user
             raise
         _fail("internal_error", f"internal error ({type(err).__name__}); this is a bug in "
               "dpsql, please report it with the command you ran", 70, as_json)
+
+
+def _io_failure(err: Exception) -> str | None:
+    """What an operating-system failure says (permission denied, disk full), else None.
+
+    DuckDB reports a failed write of the store as its own error that names the file.
+    """
+    if isinstance(err, OSError):
+        where = f" ({err.filename})" if err.filename else ""
+        what = err.strerror or str(err) or type(err).__name__
+    else:
+        duckdb = sys.modules.get("duckdb")
+        text = str(err).splitlines()[0] if str(err) else ""
+        start = text.find("Could not write file")  # after "Failed to commit: "
+        if duckdb is None or not isinstance(err, duckdb.Error) or not (
+                isinstance(err, duckdb.IOException) or start >= 0):
+            return None
+        where, what = "", text[max(start, 0):]
+    return f"{what}{where}; check the path, its permissions and the free disk space"
 
 
 def _fail(code: str, message: str, exit_code: int, as_json: bool) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,11 +11,11 @@ from dpsql.cli.common import as_option, cli, db_option, default_actor, json_opti
 from dpsql.cli.output import emit_json, heading, table
 from dpsql.draft import MAX_CATEGORIES
 from dpsql.errors import ConfigurationError
-from dpsql.ledger import Budget, Ledger
 from dpsql.outside import HANDLINGS, DomainError, Handling, Outside, refusal, summary
-from dpsql.policy import Policy
-from dpsql.session import connect, init
-from dpsql.store import Store
+
+if TYPE_CHECKING:  # each command imports what it runs, so --help and --version stay fast
+    from dpsql.ledger import Budget
+    from dpsql.policy import Policy
 
 
 def outside_option(f: Any) -> Any:
@@ -70,6 +70,9 @@ def init_cmd(db: str, policy_path: str, imports: tuple[str, ...], na: str | None
 
     Example: dpsql init adult.duckdb --policy policies/adult.yaml --import adult=adult.csv
     """
+    from dpsql.policy import Policy
+    from dpsql.session import init
+
     policy = Policy.load(policy_path)
     try:
         store, notes = init(db, policy, _imports(imports), na=na, normalize=not keep_names,
@@ -108,6 +111,10 @@ def policy_check(path: str, db: str | None, outside: Handling, actor: str | None
     With --db the rows are checked against the policy's domains: values outside
     are reported and fail the check unless --outside says what apply would do.
     """
+    from dpsql.ledger import Ledger
+    from dpsql.policy import Policy
+    from dpsql.session import connect
+
     pol = Policy.load(path)
     notes: list[str] = []
     found: list[Outside] = []
@@ -159,6 +166,10 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, outside: Hand
     The rows are checked against the new domains first (see --outside); when
     refused, nothing changes.
     """
+    from dpsql.ledger import Ledger
+    from dpsql.policy import Policy
+    from dpsql.session import connect
+
     new = Policy.load(path)
     with connect(db, default_actor(actor, db)) as session:
         session.require_admin("change the policy")
@@ -228,6 +239,7 @@ def policy_draft(file: str | None, db: str | None, table: str | None, dataset: s
     Example: dpsql policy draft adult.csv -o policies/adult.yaml
     """
     from dpsql.draft import draft_file, draft_table
+    from dpsql.session import connect
 
     if (file is None) == (db is None or table is None):
         raise ConfigurationError("draft from either FILE or --db DB --table TABLE")
@@ -252,6 +264,8 @@ def policy_draft(file: str | None, db: str | None, table: str | None, dataset: s
 @json_option
 def policy_show(db: str, as_json: bool) -> None:
     """Show the active policy and the history of applied versions."""
+    from dpsql.store import Store
+
     with Store.open(db) as store:
         pol = store.active_policy()
         history = store.policy_history()
@@ -301,6 +315,8 @@ def _print_budgets(rows: list[Budget], delta: float | None) -> None:
 @json_option
 def budget_show(db: str, user: str | None, actor: str | None, as_json: bool) -> None:
     """Show granted, spent and remaining budget per user and dataset."""
+    from dpsql.session import connect
+
     with connect(db, default_actor(actor, db)) as session:
         rows = session.budget(user)
         delta = session.policy.delta
@@ -323,6 +339,8 @@ def budget_show(db: str, user: str | None, actor: str | None, as_json: bool) -> 
 def budget_grant(user: str, dataset: str, epsilon: str | None, delta: str | None,
                  rho: str | None, db: str, actor: str | None, as_json: bool) -> None:
     """Top up USER's budget on DATASET (administrators only; audited)."""
+    from dpsql.session import connect
+
     with connect(db, default_actor(actor, db)) as session:
         standing = session.grant(user, dataset, epsilon=epsilon, delta=delta, rho=rho)
         policy_delta = session.policy.delta
@@ -350,6 +368,8 @@ def audit_cmd(db: str, user: str | None, last: int | None, actor: str | None,
 
     A refused request shows the cost it asked for ("asked ..."): nothing was charged.
     """
+    from dpsql.session import connect
+
     with connect(db, default_actor(actor, db)) as session:
         rows = session.audit(user, last)
         delta = session.policy.delta

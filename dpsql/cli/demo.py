@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,7 +13,9 @@ from dpsql.cli.admin import _print_budgets
 from dpsql.cli.common import cli
 from dpsql.cli.output import heading, table
 from dpsql.errors import BudgetExceeded
-from dpsql.session import Session, connect, init
+
+if TYPE_CHECKING:
+    from dpsql.session import Session
 
 
 def _bundled(name: str) -> Path:
@@ -37,6 +40,8 @@ def demo_cmd(db: str | None) -> None:
 
 def run_demo(path: Path) -> None:
     """The demo's steps, printed as they run."""
+    from dpsql.session import connect, init
+
     click.echo(heading("1. Create a governed store"))
     store, _notes = init(path, _bundled("adult.yaml"), {"adult": _bundled("adult_sample.csv")})
     store.close()
@@ -78,6 +83,8 @@ def _show_policy(session: Session) -> None:
 
 
 def _show_ledger(path: Path) -> None:
+    from dpsql.session import connect
+
     with connect(path, "bob") as bob:
         cost = bob.cost(epsilon=0.5)
         spent = 0
@@ -108,6 +115,7 @@ DEMO_QUERIES = (
 def _show_queries(path: Path) -> None:
     """Ask a few range and marginal queries as alice and show each answer beside its cost."""
     from dpsql.cli.query import render
+    from dpsql.session import connect
 
     click.echo(heading("4. Ask DP questions in SQL (as alice; answers are noisy)"))
     with connect(path, "alice") as alice:

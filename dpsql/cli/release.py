@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
 from dpsql.cli.output import emit_json, heading, table
 from dpsql.errors import ConfigurationError
-from dpsql.provenance import cost_text
-from dpsql.release import Release
-from dpsql.session import connect
+
+if TYPE_CHECKING:  # each command imports what it runs, so --help and --version stay fast
+    from dpsql.release import Release
 
 
 class ProgressBar:
@@ -80,6 +80,8 @@ def _short(value: Any) -> str:
 
 
 def _print_release(result: Release, remaining: str | None) -> None:
+    from dpsql.provenance import cost_text
+
     record = result.record
     if record["output"] == "representation":
         shape = f"{record['rows']:,} rows of counts (query them with udfs.dp_range_count)"
@@ -143,6 +145,8 @@ def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
           --name adult_joint --copies 5
       dpsql release adult --synth range --epsilon 0.5 --columns age --name age_ranges
     """  # noqa: D301 (click needs a real \b)
+    from dpsql.session import connect
+
     bar = ProgressBar(enabled=not as_json)
     with connect(db, default_actor(actor, db)) as session:
         try:
@@ -183,6 +187,8 @@ def release_more_cmd(name: str, copies: int, seed: int | None, db: str, actor: s
     Works for synthesizers that keep a state (independent, joint and others
     that say so in `dpsql releases show`). New copies get the next _copy values.
     """
+    from dpsql.session import connect
+
     bar = ProgressBar(enabled=not as_json)
     with connect(db, default_actor(actor, db)) as session:
         try:
@@ -211,7 +217,8 @@ def releases_group() -> None:
 @json_option
 def releases_list(include_all: bool, db: str, actor: str | None, as_json: bool) -> None:
     """List releases (newest last) with their cost and shape."""
-    from dpsql.provenance import releases
+    from dpsql.provenance import cost_text, releases
+    from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
         rows = releases(session.store, include_superseded=include_all)
@@ -261,7 +268,8 @@ def releases_synthesizers(as_json: bool) -> None:
 @json_option
 def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
     """Show the provenance of release NAME (pretty, or the full record with --json)."""
-    from dpsql.provenance import find
+    from dpsql.provenance import cost_text, find
+    from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
         entry = find(session.store, name)
@@ -339,6 +347,7 @@ def export_cmd(name: str, out: str, db: str, actor: str | None, as_json: bool) -
     "dpsql.provenance" (JSON); pyarrow.parquet.read_schema(OUT).metadata reads it.
     """
     from dpsql.provenance import export
+    from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
         info = export(session.store, name, out)
@@ -372,6 +381,7 @@ def evaluate_cmd(name: str, copy_number: int | None, out: str | None, no_report:
     """
     from dpsql.analysis.fidelity import evaluate_release
     from dpsql.analysis.report import METRICS, write_report
+    from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
         evaluation = evaluate_release(session, name, copy=copy_number, seed=seed)

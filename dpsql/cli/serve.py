@@ -9,7 +9,6 @@ import click
 
 from dpsql.cli.common import cli, db_option
 from dpsql.server import auth
-from dpsql.server.server import Server, ServerConfig, run
 
 
 @cli.command("serve")
@@ -62,6 +61,8 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
       dpsql serve --db adult.duckdb --port 5433
       psql "host=127.0.0.1 port=5433 user=alice dbname=adult"
     """  # noqa: D301 (click needs a real \b)
+    from dpsql.server.server import Server, ServerConfig, run
+
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     config = ServerConfig(db=Path(db), host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                           allow_plaintext=allow_plaintext, max_clients=max_clients,

@@ -11,7 +11,6 @@ from dpsql.cli.common import cli, db_option, json_option
 from dpsql.cli.output import emit_json, table
 from dpsql.errors import ConfigurationError
 from dpsql.server import auth
-from dpsql.store import Store
 
 
 @cli.group()
@@ -50,6 +49,8 @@ def user_add(name: str, password_stdin: bool, iterations: int, db: str, as_json:
       dpsql user add alice                       # prompts twice
       echo "$PASSWORD" | dpsql user add alice --password-stdin
     """  # noqa: D301 (click needs a real \b)
+    from dpsql.store import Store
+
     with Store.open(db) as store:
         if name not in store.active_policy().users:
             raise ConfigurationError(f"no user {name!r} in the store's policy; declare it under "
@@ -70,6 +71,8 @@ def user_add(name: str, password_stdin: bool, iterations: int, db: str, as_json:
 @json_option
 def user_remove(name: str, db: str, as_json: bool) -> None:
     """Remove NAME's SQL password (the user can no longer connect to dpsql serve)."""
+    from dpsql.store import Store
+
     with Store.open(db) as store:
         found = auth.remove_user(store, name)
     if as_json:
@@ -85,6 +88,8 @@ def user_remove(name: str, db: str, as_json: bool) -> None:
 @json_option
 def user_list(db: str, as_json: bool) -> None:
     """List users who have an SQL password, with their role in the active policy."""
+    from dpsql.store import Store
+
     with Store.open(db) as store:
         rows = auth.list_users(store)
     if as_json:

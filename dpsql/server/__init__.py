@@ -7,6 +7,21 @@ credentials), ``router`` (where statements go), ``catalog``/``pgcatalog``/
 ``connection`` (one client), ``server`` (listening and limits).
 """
 
-from dpsql.server.server import Server, ServerConfig, run
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dpsql.server.server import Server, ServerConfig, run
+
+
+def __getattr__(name: str) -> Any:
+    """Import the server on first use: ``dpsql user`` needs only :mod:`dpsql.server.auth`."""
+    if name in __all__:
+        from dpsql.server import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'dpsql.server' has no attribute {name!r}")
+
 
 __all__ = ["Server", "ServerConfig", "run"]

@@ -21,9 +21,12 @@ import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dpsql.errors import ConfigurationError
-from dpsql.store import Store, now
+
+if TYPE_CHECKING:  # the store (DuckDB) loads with the first command that needs it
+    from dpsql.store import Store
 
 MECHANISM = "SCRAM-SHA-256"
 DEFAULT_ITERATIONS = 4096  # PostgreSQL's default scram_iterations
@@ -201,6 +204,8 @@ def check_password(password: str) -> None:
 def set_password(store: Store, user: str, password: str, *,
                  iterations: int = DEFAULT_ITERATIONS) -> None:
     """Store a SCRAM verifier for ``user`` (who must be declared in the active policy)."""
+    from dpsql.store import now
+
     if user not in store.active_policy().users:
         raise ConfigurationError(f"no user {user!r} in the store's policy; declare it under "
                                  "users: and run dpsql policy apply first")
@@ -218,6 +223,8 @@ def set_password(store: Store, user: str, password: str, *,
 
 def remove_user(store: Store, user: str) -> bool:
     """Delete ``user``'s credential; returns whether there was one."""
+    from dpsql.store import now
+
     with store.lock, store.transaction() as cur:
         row = cur.execute("SELECT count(*) FROM dpsql.credentials WHERE user_name = ?",
                           [user]).fetchone()
