@@ -36,7 +36,7 @@ def _load_commands() -> None:
 def main() -> None:
     """Entry point: run the CLI and map errors to messages and exit codes."""
     _load_commands()
-    as_json = "--json" in sys.argv
+    as_json = _wants_json(sys.argv[1:])
     try:
         cli.main(standalone_mode=False)
     except DPSQLError as err:
@@ -62,6 +62,12 @@ def main() -> None:
             raise
         _fail("internal_error", f"internal error ({type(err).__name__}); this is a bug in "
               "dpsql, please report it with the command you ran", 70, as_json)
+
+
+def _wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for JSON (--json, --format json or --format=json)."""
+    pairs = zip(args, [*args[1:], ""], strict=True)
+    return "--json" in args or "--format=json" in args or ("--format", "json") in pairs
 
 
 def _io_failure(err: Exception) -> str | None:
