@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
 import re
+import resource
+import select
+import shutil
+import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
+from pathlib import Path
 
 import click
 import pytest
@@ -212,3 +222,221 @@ def test_budget_show_under_pure_accounting_has_no_rho_column(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert "rho" not in shown.stdout
     assert "remaining" in shown.stdout.splitlines()[0]
+
+
+# -- startup, the README's command table, --json everywhere ------------------------------
+
+HEAVY_MODULES = ("pyarrow", "pandas", "duckdb", "numpy", "scipy", "sqlglot", "jax", "torch",
+                 "dpsql.synth", "dpsql.session", "dpsql.store")
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_load_no_heavy_module(flag):
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "dpsql", flag],
+                            capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert result.returncode == 0, result.stderr
+    imported = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "dpsql.cli.query" in imported  # the listing is real: every command module loaded
+    heavy = sorted(m for m in imported if m.split(".")[0] in HEAVY_MODULES
+                   or any(m == h or m.startswith(h + ".") for h in HEAVY_MODULES))
+    assert heavy == []
+
+
+def _readme_rows():
+    """(command spans, whole row) of the README's `| command | what it does |` table."""
+    lines = (Path(__file__).parents[1] / "README.md").read_text().splitlines()
+    start = lines.index("| command | what it does |") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        first = re.split(r"(?<!\\)\|", line)[1]
+        rows.append((re.findall(r"`([^`]+)`", first), line))
+    return rows
+
+
+def _command_path(words):
+    """The click command that words name (dpsql releases show T -> releases show)."""
+    from dpsql.cli.common import cli
+
+    command, path = cli, []
+    for word in words[1:]:
+        if not isinstance(command, click.Group) or word not in command.commands:
+            break
+        command, path = command.commands[word], [*path, word]
+    return command, path
+
+
+def _flags(text):
+    return set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-[a-zA-Z])\b", text))
+
+
+def test_readme_command_table_matches_the_cli():
+    from dpsql.cli import _load_commands
+
+    _load_commands()
+    runner = CliRunner()
+    documented = set()
+    rows = _readme_rows()
+    assert len(rows) >= 15
+    for spans, line in rows:
+        assert spans, line
+        assert all(s.startswith("dpsql ") for s in spans), line
+        helps = []
+        for span in spans:
+            command, path = _command_path(span.split())
+            assert path, f"no command: {span}"
+            assert not isinstance(command, click.Group), f"a group, not a command: {span}"
+            documented.add(tuple(path))
+            result = runner.invoke(command, ["--help"], prog_name=f"dpsql {' '.join(path)}")
+            assert result.exit_code == 0, (span, result.output)
+            missing = _flags(span) - _flags(result.output)
+            assert not missing, f"dpsql {' '.join(path)} --help lacks {missing}"
+            helps.append(result.output)
+        for flag in _flags(line.split("|")[2]):  # flags the description names
+            assert any(flag in h for h in helps), f"{flag} of row {line!r}"
+    from dpsql.cli.common import cli
+
+    commands = {path for path in _commands(cli)
+                if not isinstance(_command_path(["dpsql", *path])[0], click.Group)}
+    assert commands - documented == set(), "commands missing from the README's table"
+
+
+# Commands on a store without --json, as the README says: interactive, long-running, a tour.
+WITHOUT_JSON = {("shell",), ("serve",), ("demo",)}
+
+
+def test_every_store_command_takes_json():
+    from dpsql.cli import _load_commands
+    from dpsql.cli.common import cli
+
+    _load_commands()
+    for path in _commands(cli):
+        command = _command_path(["dpsql", *path])[0]
+        if isinstance(command, click.Group):
+            continue
+        options = {o for p in command.params for o in p.opts}
+        on_store = "--db" in options or path == ("init",)
+        if on_store and path not in WITHOUT_JSON:
+            assert "--json" in options, f"dpsql {' '.join(path)} has no --json"
+        elif on_store:
+            assert "--json" not in options, f"update WITHOUT_JSON and the README: {path}"
+
+
+def test_store_commands_print_valid_json(tmp_path):
+    from dpsql.cli import _load_commands
+    from dpsql.cli.common import cli
+
+    _load_commands()
+    db = tmp_path / "s.duckdb"
+    calls = [
+        ["init", str(db), "--policy", str(ADULT_POLICY), "--import", f"adult={ADULT_SAMPLE}"],
+        ["policy", "check", str(ADULT_POLICY), "--db", str(db)],
+        ["policy", "show", "--db", str(db)],
+        ["policy", "apply", str(ADULT_POLICY), "--yes", "--db", str(db)],
+        ["budget", "show", "--db", str(db)],
+        ["budget", "grant", "bob", "adult", "--rho", "0.01", "--db", str(db)],
+        ["query", "SELECT COUNT(*) FROM adult", "--user", "alice", "--db", str(db)],
+        ["release", "adult", "--synth", "independent", "--epsilon", "0.5", "--columns",
+         "age,sex", "--name", "syn", "--db", str(db)],
+        ["release-more", "syn", "--copies", "1", "--db", str(db)],
+        ["releases", "list", "--db", str(db)],
+        ["releases", "show", "syn", "--db", str(db)],
+        ["releases", "synthesizers"],
+        ["export", "syn", str(tmp_path / "syn.parquet"), "--db", str(db)],
+        ["evaluate", "syn", "--no-report", "--db", str(db)],
+        ["user", "add", "alice", "--password-stdin", "--db", str(db)],
+        ["user", "list", "--db", str(db)],
+        ["user", "remove", "alice", "--db", str(db)],
+        ["audit", "--last", "3", "--db", str(db)],
+    ]
+    runner = CliRunner()
+    for args in calls:
+        result = runner.invoke(cli, [*args, "--json"], input="a long password\n")
+        assert result.exit_code == 0, (args, result.output, result.exception)
+        json.loads(result.stdout)  # the whole of stdout is one JSON document
+
+
+# -- operating-system failures and Ctrl-C ------------------------------------------------
+
+
+def _cli_env(db):
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DPSQL_DB": str(db)}
+
+
+def test_a_full_disk_is_an_os_error_not_a_bug(tmp_path):
+    db = adult_store(tmp_path)
+
+    def small_files():  # a write past 4 KiB fails (EFBIG) as it would on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    grant = subprocess.run([sys.executable, "-m", "dpsql", "budget", "grant", "bob", "adult",
+                            "--epsilon", "1"], capture_output=True, text=True, timeout=120,
+                           env=_cli_env(db), preexec_fn=small_files)
+    assert grant.returncode == 74, grant.stderr
+    assert f'Could not write file "{db}.wal": File too large' in grant.stderr
+    assert "internal error" not in grant.stderr
+    with open("/dev/full", "w") as full:  # stdout on a device that is always full: ENOSPC
+        shown = subprocess.run([sys.executable, "-m", "dpsql", "policy", "show", "--json"],
+                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+                               env=_cli_env(db))
+    assert shown.returncode == 74, shown.stderr
+    assert "error: No space left on device; check the path" in shown.stderr
+
+
+def test_permission_denied_on_the_store_is_an_os_error(tmp_path):
+    db = adult_store(tmp_path)
+    os.chmod(db, 0)
+    command = [sys.executable, "-m", "dpsql", "audit", "--json"]
+    if os.geteuid() == 0:  # root reads any file unless it gives up the capability to
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv to drop CAP_DAC_OVERRIDE")
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *command]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                            env=_cli_env(db))
+    assert result.returncode == 74, result.stderr
+    assert f"error: permission denied ({db})" in result.stderr
+    assert json.loads(result.stdout)["error"] == "os_error"
+
+
+def test_ctrl_c_during_a_release_exits_130_and_writes_nothing(tmp_path):
+    db = adult_store(tmp_path)
+    terminal, stderr = pty.openpty()  # a terminal, so that the progress bar shows
+    fcntl.ioctl(stderr, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        with subprocess.Popen(
+                [sys.executable, "-m", "dpsql", "release", "adult", "--synth", "napsu_mq",
+                 "--epsilon", "0.5", "--columns", "age,sex,race,income_50k", "--name",
+                 "stopped"], stdout=subprocess.DEVNULL, stderr=stderr,
+                env=_cli_env(db)) as release:
+            os.close(stderr)
+            shown = _read_until(terminal, b"fit")  # charged, fitting: a long stage
+            release.send_signal(signal.SIGINT)
+            assert release.wait(timeout=120) == 130
+            shown += _read_until(terminal, b"\ninterrupted")
+    finally:
+        os.close(terminal)
+    assert b"interrupted: nothing was written (the charge of rho=" in shown
+    with dpsql.connect(db, "admin") as admin:
+        assert "stopped" not in str(admin.sql("SHOW dpsql.released").table.to_pylist())
+        last = admin.audit(last=1)[0]
+    assert (last["action"], last["outcome"]) == ("release", "failed")
+
+
+def _read_until(fd, marker, timeout=120):
+    """What a terminal shows up to ``marker`` (or its end)."""
+    seen, deadline = b"", time.monotonic() + timeout
+    while marker not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the other side closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen

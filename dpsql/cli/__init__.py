@@ -52,7 +52,7 @@ def main() -> None:
         click.echo("interrupted", err=True)
         sys.exit(EXIT_INTERRUPTED)
     except BrokenPipeError:  # the reader went away (dpsql audit | head): nothing to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         sys.exit(1)
     except Exception as err:
         io_failure = _io_failure(err)
@@ -90,12 +90,21 @@ def _io_failure(err: Exception) -> str | None:
 
 
 def _fail(code: str, message: str, exit_code: int, as_json: bool) -> None:
-    if as_json:
-        from dpsql.cli.output import emit_json
+    try:
+        if as_json:
+            from dpsql.cli.output import emit_json
 
-        emit_json({"error": code, "message": message})
+            emit_json({"error": code, "message": message})
+        sys.stdout.flush()
+    except OSError:  # stdout itself failed (a full disk): the message still goes to stderr
+        _drop_stdout()
     click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
     sys.exit(exit_code)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that what it still buffers cannot fail again at exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 __all__ = ["cli", "main"]

@@ -28,7 +28,8 @@ def db_option(f: F) -> F:
     """--db PATH, defaulting to $DPSQL_DB."""
     return click.option(
         "--db", "db", envvar="DPSQL_DB", required=True, metavar="PATH",
-        type=click.Path(dir_okay=False), help="The store (a DuckDB file). Default: $DPSQL_DB.",
+        type=click.Path(dir_okay=False, readable=False),  # an unreadable store: exit 74
+        help="The store (a DuckDB file). Default: $DPSQL_DB.",
     )(f)
 
 
