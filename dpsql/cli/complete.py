@@ -34,7 +34,7 @@ class Completer:
     def candidates(self, text: str, before: str) -> list[str]:
         """The completions of the word ``text``, given the line ``before`` it."""
         if not before.strip() and text.startswith("\\"):
-            return [c for c in self.commands if c.startswith(text)]
+            return sorted(c for c in self.commands if c.startswith(text))
         lowered = text.lower()
         if lowered.startswith("released."):
             names = self.released()
