@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 import click
 
+from dpsql.cli import interrupt
 from dpsql.cli.common import cli
 from dpsql.errors import DPSQLError
 
@@ -36,25 +38,30 @@ def _load_commands() -> None:
 def main() -> None:
     """Entry point: run the CLI and map errors to messages and exit codes."""
     _load_commands()
+    interrupt.install()
     as_json = _wants_json(sys.argv[1:])
     try:
         cli.main(standalone_mode=False)
     except DPSQLError as err:
+        if interrupt.seen():  # the failure Ctrl-C caused (a release stopped mid-way)
+            _interrupted(str(err))
         _fail(err.code, str(err), err.exit_code, as_json)
     except click.exceptions.Abort as err:  # click turns Ctrl-C into Abort
-        interrupted = isinstance(err.__context__, KeyboardInterrupt)
-        click.echo("interrupted" if interrupted else "aborted", err=True)
-        sys.exit(EXIT_INTERRUPTED if interrupted else 1)
+        if isinstance(err.__context__, KeyboardInterrupt):
+            _interrupted()
+        click.echo("aborted", err=True)
+        sys.exit(1)
     except click.ClickException as err:
         err.show()
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        _interrupted()
     except BrokenPipeError:  # the reader went away (dpsql audit | head): nothing to say
         _drop_stdout()
         sys.exit(1)
     except Exception as err:
+        if interrupt.seen():  # Ctrl-C in disguise (DuckDB's "Query interrupted")
+            _interrupted()
         io_failure = _io_failure(err)
         if io_failure:
             _fail("os_error", io_failure, EXIT_OS_ERROR, as_json)
@@ -62,6 +69,11 @@ def main() -> None:
             raise
         _fail("internal_error", f"internal error ({type(err).__name__}); this is a bug in "
               "dpsql, please report it with the command you ran", 70, as_json)
+
+
+def _interrupted(detail: str = "") -> NoReturn:
+    click.echo("interrupted" + (f": {detail}" if detail else ""), err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def _wants_json(args: list[str]) -> bool:

@@ -11,6 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
+from dpsql.cli import interrupt
 from dpsql.cli.common import cli, db_option, json_option
 from dpsql.cli.complete import Completer
 from dpsql.cli.output import emit_json, table
@@ -232,6 +233,7 @@ class Shell:
                 click.echo()
                 break
             except KeyboardInterrupt:
+                interrupt.handled()
                 click.echo()
                 buffer = ""
                 continue
@@ -269,15 +271,15 @@ class Shell:
         """Answer one statement and print it."""
         try:
             answer = self.session.sql(sql)
-        except DPSQLError as err:
-            click.echo(click.style("error: ", fg="red", bold=True) + str(err), err=True)
-            return
-        except Exception as err:  # a bug: say so and keep the session
-            if os.environ.get("DPSQL_DEBUG"):
+        except Exception as err:
+            if interrupt.seen():  # Ctrl-C stopped the statement (DuckDB says RuntimeError)
+                raise KeyboardInterrupt from err
+            if not isinstance(err, DPSQLError) and os.environ.get("DPSQL_DEBUG"):
                 raise
-            click.echo(click.style("error: ", fg="red", bold=True) + f"internal error "
-                       f"({type(err).__name__}); this is a bug in dpsql, please report it "
-                       "with your statement", err=True)
+            message = str(err) if isinstance(err, DPSQLError) else (  # a bug: keep the session
+                f"internal error ({type(err).__name__}); this is a bug in dpsql, please "
+                "report it with your statement")
+            click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
             return
         show(answer, self.session.policy.delta)
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from dpsql.cli import interrupt
 from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
 from dpsql.cli.output import emit_json, heading, table
 from dpsql.errors import ConfigurationError
@@ -20,41 +20,19 @@ if TYPE_CHECKING:  # each command imports what it runs, so --help and --version 
 class ProgressBar:
     """Renders :class:`dpsql.progress.Progress` callbacks as a tqdm bar per stage (stderr).
 
-    Hidden when stderr is not a terminal or when ``enabled`` is false. Used as a
-    context, it also makes Ctrl-C stick: Python raises KeyboardInterrupt wherever
-    the main thread is, and raised inside a garbage-collector callback (JAX has
-    one) it is printed and lost while the release goes on. The bar remembers it
-    and raises again at the next report of unfinished work.
+    Hidden when stderr is not a terminal or when ``enabled`` is false. A Ctrl-C
+    that Python lost on the way (see :mod:`dpsql.cli.interrupt`) stops the work
+    at its next report of unfinished work.
     """
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled and sys.stderr.isatty()
         self._bar: Any = None
         self._stage: str | None = None
-        self._interrupted = False
-        self._previous: Any = None
-
-    def __enter__(self) -> ProgressBar:
-        self._previous = signal.signal(signal.SIGINT, self._on_interrupt), sys.unraisablehook
-        sys.unraisablehook = self._unraisable
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGINT, self._previous[0])
-        sys.unraisablehook = self._previous[1]
-        self.close()
-
-    def _on_interrupt(self, signum: int, frame: Any) -> None:
-        self._interrupted = True
-        raise KeyboardInterrupt
-
-    def _unraisable(self, unraisable: Any) -> None:
-        if not issubclass(unraisable.exc_type, KeyboardInterrupt):  # remembered, not lost
-            self._previous[1](unraisable)
 
     def __call__(self, stage: str, done: float, total: float | None = None) -> None:
         """Advance (or start) the bar of ``stage``."""
-        if self._interrupted and (total is None or done < total):  # finished work stays
+        if interrupt.seen() and (total is None or done < total):  # finished work stays
             raise KeyboardInterrupt
         if not self.enabled:
             return
@@ -175,7 +153,7 @@ def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
     from dpsql.session import connect
 
     bar = ProgressBar(enabled=not as_json)
-    with bar, connect(db, default_actor(actor, db)) as session:
+    with connect(db, default_actor(actor, db)) as session:
         try:
             result = session.release(dataset, synthesizer=synthesizer, name=name,
                                      epsilon=epsilon, delta=delta, rho=rho, rows=rows,
@@ -217,7 +195,7 @@ def release_more_cmd(name: str, copies: int, seed: int | None, db: str, actor: s
     from dpsql.session import connect
 
     bar = ProgressBar(enabled=not as_json)
-    with bar, connect(db, default_actor(actor, db)) as session:
+    with connect(db, default_actor(actor, db)) as session:
         try:
             result = session.release_more(name, copies, seed=seed, progress=bar)
         finally:
