@@ -304,8 +304,8 @@ def test_readme_command_table_matches_the_cli():
     assert commands - documented == set(), "commands missing from the README's table"
 
 
-# Commands on a store without --json, as the README says: interactive, long-running, a tour.
-WITHOUT_JSON = {("shell",), ("serve",), ("demo",)}
+# Store commands without --json, as the README says: interactive, long-running, YAML, a tour.
+WITHOUT_JSON = {("shell",), ("serve",), ("policy", "draft"), ("demo",)}
 
 
 def test_every_store_command_takes_json():

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 import click
 
-from dpsql.cli import interrupt
+from dpsql.cli import sigint
 from dpsql.cli.common import cli
 from dpsql.errors import DPSQLError
 
@@ -38,12 +38,12 @@ def _load_commands() -> None:
 def main() -> None:
     """Entry point: run the CLI and map errors to messages and exit codes."""
     _load_commands()
-    interrupt.install()
+    sigint.install()
     as_json = _wants_json(sys.argv[1:])
     try:
         cli.main(standalone_mode=False)
     except DPSQLError as err:
-        if interrupt.seen():  # the failure Ctrl-C caused (a release stopped mid-way)
+        if sigint.seen():  # the failure Ctrl-C caused (a release stopped mid-way)
             _interrupted(str(err))
         _fail(err.code, str(err), err.exit_code, as_json)
     except click.exceptions.Abort as err:  # click turns Ctrl-C into Abort
@@ -60,7 +60,7 @@ def main() -> None:
         _drop_stdout()
         sys.exit(1)
     except Exception as err:
-        if interrupt.seen():  # Ctrl-C in disguise (DuckDB's "Query interrupted")
+        if sigint.seen():  # Ctrl-C in disguise (DuckDB's "Query interrupted")
             _interrupted()
         io_failure = _io_failure(err)
         if io_failure:

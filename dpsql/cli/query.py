@@ -11,7 +11,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from dpsql.cli import interrupt
+from dpsql.cli import sigint
 from dpsql.cli.common import cli, db_option, json_option
 from dpsql.cli.complete import Completer
 from dpsql.cli.output import emit_json, table
@@ -233,7 +233,7 @@ class Shell:
                 click.echo()
                 break
             except KeyboardInterrupt:
-                interrupt.handled()
+                sigint.handled()
                 click.echo()
                 buffer = ""
                 continue
@@ -272,7 +272,7 @@ class Shell:
         try:
             answer = self.session.sql(sql)
         except Exception as err:
-            if interrupt.seen():  # Ctrl-C stopped the statement (DuckDB says RuntimeError)
+            if sigint.seen():  # Ctrl-C stopped the statement (DuckDB says RuntimeError)
                 raise KeyboardInterrupt from err
             if not isinstance(err, DPSQLError) and os.environ.get("DPSQL_DEBUG"):
                 raise

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dpsql.cli import interrupt
+from dpsql.cli import sigint
 from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
 from dpsql.cli.output import emit_json, heading, table
 from dpsql.errors import ConfigurationError
@@ -21,7 +21,7 @@ class ProgressBar:
     """Renders :class:`dpsql.progress.Progress` callbacks as a tqdm bar per stage (stderr).
 
     Hidden when stderr is not a terminal or when ``enabled`` is false. A Ctrl-C
-    that Python lost on the way (see :mod:`dpsql.cli.interrupt`) stops the work
+    that Python lost on the way (see :mod:`dpsql.cli.sigint`) stops the work
     at its next report of unfinished work.
     """
 
@@ -32,7 +32,7 @@ class ProgressBar:
 
     def __call__(self, stage: str, done: float, total: float | None = None) -> None:
         """Advance (or start) the bar of ``stage``."""
-        if interrupt.seen() and (total is None or done < total):  # finished work stays
+        if sigint.seen() and (total is None or done < total):  # finished work stays
             raise KeyboardInterrupt
         if not self.enabled:
             return
