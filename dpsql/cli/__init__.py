@@ -37,8 +37,8 @@ def _load_commands() -> None:
 
 def main() -> None:
     """Entry point: run the CLI and map errors to messages and exit codes."""
-    _load_commands()
     sigint.install()
+    _load_commands()
     as_json = _wants_json(sys.argv[1:])
     try:
         cli.main(standalone_mode=False)
