@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import duckdb
@@ -23,7 +23,10 @@ from dpsql.store import Store, now
 
 @dataclass(frozen=True)
 class Budget:
-    """One user's standing on one dataset, and the dataset's own total."""
+    """One user's standing on one dataset, and the dataset's own total.
+
+    ``delta``: the policy's, at which a zCDP standing also shows its epsilon.
+    """
 
     user: str
     dataset: str
@@ -31,6 +34,7 @@ class Budget:
     spent: PrivacyCost
     dataset_total: PrivacyCost
     dataset_spent: PrivacyCost
+    delta: float | None = field(default=None, compare=False)
 
     @property
     def remaining(self) -> PrivacyCost:
@@ -39,8 +43,22 @@ class Budget:
         theirs = self.dataset_total - self.dataset_spent
         return mine if mine <= theirs else theirs
 
+    def describe(self) -> str:
+        """One line in both units, rounded safely: granted to nearest, spent up, remaining down."""
+        delta = self.delta
+        return (f"{self.user} on {self.dataset}: granted {self.granted.describe(delta, 'nearest')}"
+                f", spent {self.spent.describe(delta)}"
+                f", remaining {self.remaining.describe(delta, 'down')}")
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def __repr__(self) -> str:
+        return f"<Budget {self.describe()}>"
+
     def as_dict(self, delta: float | None = None) -> dict[str, Any]:
-        """JSON-able form with both units."""
+        """JSON-able form with both units (exact rho or epsilon; epsilon at ``delta`` too)."""
+        delta = self.delta if delta is None else delta
         return {
             "user": self.user,
             "dataset": self.dataset,
@@ -182,7 +200,7 @@ class Ledger:
         def standing(totals: Totals) -> Budget:
             return Budget(user, dataset, base + _total(kind, totals, "grant", user),
                           _total(kind, totals, "charge", user), ds.budget,
-                          _total(kind, totals, "charge", None))
+                          _total(kind, totals, "charge", None), policy.delta)
 
         return _standings_of(self.store).read(self.store, dataset, cur, standing)
 
@@ -204,12 +222,12 @@ class Ledger:
         for b in self.budgets():
             if b.spent > b.granted:
                 notes.append(f"{b.user} on {b.dataset}: the budget "
-                             f"{b.granted.describe(delta, budget=True)} is below what is spent "
+                             f"{b.granted.describe(delta, 'nearest')} is below what is spent "
                              f"({b.spent.describe(delta)}); every further request is refused")
             if b.dataset_spent > b.dataset_total and b.dataset not in datasets:
                 datasets.add(b.dataset)
                 notes.append(f"dataset {b.dataset}: the total "
-                             f"{b.dataset_total.describe(delta, budget=True)} is below what is "
+                             f"{b.dataset_total.describe(delta, 'nearest')} is below what is "
                              f"spent ({b.dataset_spent.describe(delta)}); every further "
                              "request is refused")
         return notes
@@ -256,11 +274,11 @@ class Ledger:
         mine = standing.granted - standing.spent
         if cost > mine:
             return (f"requested {cost.describe(delta)} on {standing.dataset}, but "
-                    f"{standing.user} has {mine.describe(delta, budget=True)} left; {ask}")
+                    f"{standing.user} has {mine.describe(delta, 'down')} left; {ask}")
         left = standing.dataset_total - standing.dataset_spent
         if cost > left:
             return (f"requested {cost.describe(delta)} on {standing.dataset}, but the dataset's "
-                    f"total budget has {left.describe(delta, budget=True)} left; an "
+                    f"total budget has {left.describe(delta, 'down')} left; an "
                     "administrator can raise it in the policy (dpsql policy apply)")
         return None
 
@@ -400,8 +418,7 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
             zero = PrivacyCost.zero(policy.accounting)
             spent = base.spent + user_extra.get((request.user, request.dataset), zero)
             total = base.dataset_spent + dataset_extra.get(request.dataset, zero)
-            standing = Budget(request.user, request.dataset, base.granted, spent,
-                              base.dataset_total, total)
+            standing = replace(base, spent=spent, dataset_spent=total)
             cap = policy.dataset(request.dataset).query_cap
             reason = ledger._refusal(standing, request.cost,
                                      cap if request.action == "query" else None)
@@ -419,8 +436,7 @@ def _commit_batch(store: Store, batch: list[_Request]) -> None:
             user_extra[(request.user, request.dataset)] = \
                 user_extra.get((request.user, request.dataset), zero) + cost
             dataset_extra[request.dataset] = dataset_extra.get(request.dataset, zero) + cost
-            after = Budget(request.user, request.dataset, base.granted, spent + cost,
-                           base.dataset_total, total + cost)
+            after = replace(base, spent=spent + cost, dataset_spent=total + cost)
             audit_row = None
             if request.caller_audits:
                 audit_row = tuple(audit_rows.pop())

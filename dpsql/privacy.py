@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Literal
 
@@ -25,6 +25,8 @@ from scipy import special
 from dpsql.errors import ConfigurationError
 
 Kind = Literal["pure", "zcdp"]
+#: How a displayed figure rounds: charges and spent ``up``, remaining ``down``, granted ``nearest``.
+Rounding = Literal["up", "down", "nearest"]
 Number = int | float | str | Fraction | Decimal
 
 QUANTUM = Fraction(1, 10**18)
@@ -33,6 +35,11 @@ _PER_UNIT = 10**18
 MAX_UNITS = 10**36
 #: How a zCDP cost's epsilon at a delta is worked out (named in JSON forms and provenance).
 CONVERSION = "tight zCDP to (epsilon, delta): Canonne, Kamath & Steinke 2020, Prop. 12"
+#: Significant figures of every displayed epsilon or rho.
+FIGURES = 4
+#: Why a zCDP budget is counted in rho: one line for every display that shows one.
+WHY_RHO = ("under zCDP rho adds up (granted = spent + remaining); epsilon at a fixed delta is a "
+           "concave function of rho, so epsilons do not add")
 
 
 def to_fraction(value: Number, what: str = "value") -> Fraction:
@@ -233,19 +240,20 @@ class PrivacyCost:
             return float(self.value)
         return epsilon_from_rho(self.value, delta)
 
-    def describe(self, delta: Number | None = None, *, budget: bool = False) -> str:
+    def describe(self, delta: Number | None = None, rounding: Rounding = "up") -> str:
         """Human form with both units, e.g. ``rho=0.005 (epsilon=0.42 at delta=1e-06)``.
 
-        Six significant digits, rounded up for a cost and down for a ``budget``.
+        Four significant figures, rounded as ``rounding`` says: a cost or what is
+        spent up, what remains down, what was granted to the nearest.
         """
         if self.infinite:
             return "epsilon=inf" if self.kind == "pure" else "rho=inf"
         if self.kind == "pure":
-            return f"epsilon={_short(self.value, up=not budget)}"
-        text = f"rho={_short(self.value, up=not budget)}"
+            return f"epsilon={figure(self.value, rounding)}"
+        text = f"rho={figure(self.value, rounding)}"
         if delta:
-            eps = Fraction(self.epsilon(delta))
-            text += f" (epsilon={_short(eps, up=not budget, digits=4)} at delta={float(delta):g})"
+            eps = figure(self.epsilon(delta), rounding)
+            text += f" (epsilon={eps} at delta={float(delta):g})"
         return text
 
     def as_dict(self, delta: Number | None = None) -> dict[str, object]:
@@ -255,7 +263,7 @@ class PrivacyCost:
             out["value"] = "inf"
             return out
         name = "epsilon" if self.kind == "pure" else "rho"
-        out[name] = _short(self.value, digits=0)
+        out[name] = _plain(_decimal(self.value))
         if self.kind == "zcdp" and delta:
             out["epsilon"] = self.epsilon(delta)
             out["delta"] = float(delta)
@@ -266,16 +274,36 @@ class PrivacyCost:
         return self.describe()
 
 
-def _short(value: Fraction, *, up: bool = True, digits: int = 6) -> str:
-    """A decimal string of ``value`` without trailing zeros.
+def figure(value: Fraction | float, rounding: Rounding = "up", digits: int = FIGURES) -> str:
+    """``value`` to ``digits`` significant figures, rounded as ``rounding`` says.
 
-    ``digits`` significant digits rounded up or down (0: exact quanta).
+    A float (an epsilon from the zCDP conversion, good to about 1e-12) is first
+    read at 10 figures, so that the budget "epsilon 1", stored as the largest rho
+    within it, shows as 1 and not 0.9999.
     """
-    exact = Decimal(value.numerator) / Decimal(value.denominator)
-    if digits and exact != 0:
-        quantum = Decimal(1).scaleb(exact.adjusted() - digits + 1)
-        exact = exact.quantize(quantum, rounding=ROUND_CEILING if up else ROUND_FLOOR)
-    text = format(exact, "f")
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf"
+        exact = _rounded(Decimal(value), 10, ROUND_HALF_EVEN)
+    else:
+        exact = _decimal(value)
+    modes = {"up": ROUND_CEILING, "down": ROUND_FLOOR, "nearest": ROUND_HALF_EVEN}
+    return _plain(_rounded(exact, digits, modes[rounding]))
+
+
+def _decimal(value: Fraction) -> Decimal:
+    return Decimal(value.numerator) / Decimal(value.denominator)
+
+
+def _rounded(value: Decimal, digits: int, mode: str) -> Decimal:
+    if value == 0:
+        return value
+    return value.quantize(Decimal(1).scaleb(value.adjusted() - digits + 1), rounding=mode)
+
+
+def _plain(value: Decimal) -> str:
+    """A decimal without exponent or trailing zeros."""
+    text = format(value, "f")
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from fractions import Fraction
 
 import numpy as np
@@ -19,6 +20,7 @@ from dpsql.privacy import (
     analytic_gaussian_sigma,
     budget_cost,
     epsilon_from_rho,
+    figure,
     gaussian_sigma,
     laplace_scale,
     rho_from_epsilon_delta,
@@ -45,6 +47,35 @@ def test_charges_round_up_and_budgets_round_down():
     assert up.units - down.units == 1
     parts = PrivacyCost.pure(1).split([1, 1, 1])
     assert sum(p.units for p in parts) <= PrivacyCost.pure(1).units
+
+
+@pytest.mark.parametrize(("value", "up", "down", "nearest"), [
+    pytest.param(Fraction(1, 3), "0.3334", "0.3333", "0.3333", id="third"),
+    pytest.param(Fraction(2, 3), "0.6667", "0.6666", "0.6667", id="two_thirds"),
+    pytest.param(Fraction(123456, 10), "12350", "12340", "12350", id="large"),
+    pytest.param(Fraction(1, 2), "0.5", "0.5", "0.5", id="exact"),
+    pytest.param(Fraction(0), "0", "0", "0", id="zero"),
+    # a float from the conversion, a hair below 1: read at 10 figures first, so not 0.9999
+    pytest.param(0.9999999999996, "1", "1", "1", id="float_noise"),
+    pytest.param(0.99995, "1", "0.9999", "1", id="float_real_digits"),
+])
+def test_figures_round_to_four_significant_in_the_direction_asked(value, up, down, nearest):
+    assert (figure(value, "up"), figure(value, "down"), figure(value, "nearest")) == \
+        (up, down, nearest)
+
+
+def test_displayed_budgets_never_show_more_left_nor_less_spent_than_is_true():
+    rng = random.Random(5)
+    for _ in range(300):
+        value = Fraction(rng.randrange(1, 10**20), 10**rng.randrange(10, 25))
+        assert Fraction(figure(value, "down")) <= value <= Fraction(figure(value, "up"))
+
+
+def test_a_zcdp_budget_of_epsilon_one_shows_epsilon_one():
+    budget = budget_cost("zcdp", epsilon=1, delta=1e-6)
+    assert budget.describe(1e-6, "down") == "rho=0.02435 (epsilon=1 at delta=1e-06)"
+    assert budget.describe(1e-6, "nearest") == "rho=0.02436 (epsilon=1 at delta=1e-06)"
+    assert PrivacyCost.pure(1).describe(None, "down") == "epsilon=1"
 
 
 @pytest.mark.parametrize("bad", [0.0 - 1, float("nan"), float("inf") * -1, "abc", True])

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
-from dpsql.cli.output import emit_json, heading, table
+from dpsql.cli.output import arrow_table, emit_json, heading, table
 from dpsql.draft import MAX_CATEGORIES
 from dpsql.errors import ConfigurationError
 from dpsql.outside import HANDLINGS, DomainError, Handling, Outside, refusal, summary
@@ -144,7 +144,7 @@ def _policy_summary(pol: Policy) -> dict[str, Any]:
     return {
         "accounting": pol.accounting,
         "datasets": [
-            {"name": d.name, "table": d.table, "budget": d.budget.describe(pol.delta),
+            {"name": d.name, "table": d.table, "budget": d.budget.describe(pol.delta, "nearest"),
              "columns": len(d.columns), "hidden": sum(c.hidden for c in d.columns.values())}
             for d in pol.datasets.values()
         ],
@@ -285,27 +285,19 @@ def budget() -> None:
     """Show and grant privacy budgets."""
 
 
-def _budget_rows(rows: list[Budget], delta: float | None) -> list[list[Any]]:
-    def show(c: Any) -> str:
-        return c.describe(delta) if delta is None or c.kind == "pure" else (
-            f"{c.epsilon(delta):.4g}" if not c.infinite else "inf")
+def _print_budgets(rows: list[Budget], accounting: str, delta: float | None) -> None:
+    r"""The same table and line as ``SHOW dpsql.budget`` (the shell's \budget), per user."""
+    import pyarrow as pa
 
-    return [[b.user, b.dataset, show(b.granted), show(b.spent), show(b.remaining),
-             b.remaining.describe(budget=True) if b.remaining.kind == "zcdp" else ""] for b in rows]
+    from dpsql.query.meta import budget_note, budget_rows
 
-
-def _print_budgets(rows: list[Budget], delta: float | None) -> None:
     if not rows:
         click.echo("no budgets")
         return
-    unit = "epsilon" if delta is None else f"epsilon at delta={delta:g}"
-    data = _budget_rows(rows, delta)
-    headers = ["user", "dataset", "granted", "spent", "remaining", "remaining (rho)"]
-    if not any(row[5] for row in data):  # pure accounting: no rho to show
-        data, headers = [row[:5] for row in data], headers[:5]
-    click.echo(table(data, headers, right=[2, 3, 4]))
-    click.echo(f"({unit}" + ("" if delta is None else "; rho adds up, epsilon does not, so "
-                             "granted is not spent + remaining in epsilon") + ")")
+    data = budget_rows(rows, accounting, delta)
+    data = data.add_column(0, "user", pa.array([b.user for b in rows], pa.string()))
+    click.echo(arrow_table(data))
+    click.echo(budget_note(accounting))
 
 
 @budget.command("show")
@@ -319,11 +311,11 @@ def budget_show(db: str, user: str | None, actor: str | None, as_json: bool) -> 
 
     with connect(db, default_actor(actor, db)) as session:
         rows = session.budget(user)
-        delta = session.policy.delta
+        policy = session.policy
     if as_json:
-        emit_json([b.as_dict(delta) for b in rows])
+        emit_json([b.as_dict() for b in rows])
         return
-    _print_budgets(rows, delta)
+    _print_budgets(rows, policy.accounting, policy.delta)
 
 
 @budget.command("grant")
@@ -342,16 +334,21 @@ def budget_grant(user: str, dataset: str, epsilon: str | None, delta: str | None
     from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
+        amount = session.cost(epsilon=epsilon, delta=delta, rho=rho)
         standing = session.grant(user, dataset, epsilon=epsilon, delta=delta, rho=rho)
-        policy_delta = session.policy.delta
+        policy = session.policy
     if as_json:
-        emit_json(standing.as_dict(policy_delta))
+        emit_json({**standing.as_dict(), "added": amount.as_dict(policy.delta)})
         return
-    click.echo(f"granted; {user} on {dataset} now has "
-               f"{standing.remaining.describe(policy_delta, budget=True)} left")
+    click.echo(f"granted {amount.describe(policy.delta, 'nearest')} to {user} on {dataset}")
+    click.echo(standing.describe())
+    if policy.accounting == "zcdp":
+        from dpsql.query.meta import budget_note
+
+        click.echo(budget_note(policy.accounting))
     if standing.granted > standing.dataset_total:
-        mine = standing.granted.describe(policy_delta, budget=True)
-        total = standing.dataset_total.describe(policy_delta, budget=True)
+        mine = standing.granted.describe(policy.delta, "nearest")
+        total = standing.dataset_total.describe(policy.delta, "nearest")
         click.echo(f"note: {user}'s budget on {dataset} ({mine}) now exceeds the dataset's "
                    f"total ({total}), which still caps what anyone spends")
 
@@ -381,7 +378,7 @@ def audit_cmd(db: str, user: str | None, last: int | None, actor: str | None,
         return
     click.echo(table(
         [[r["id"], r["at"], r["user"], r["dataset"] or "", r["action"], r["outcome"],
-          ("asked " if r["outcome"] == "refused" else "") + r["cost"].describe()
+          ("asked " if r["outcome"] == "refused" else "") + r["cost"].describe(delta)
           if r["cost"] else "",
           _short((r["reason"] or r["statement"] or ""), 70)] for r in rows],
         ["id", "at", "user", "dataset", "action", "outcome", "cost", "statement / reason"],

@@ -50,7 +50,7 @@ def run_demo(path: Path) -> None:
         _show_policy(admin)
         click.echo()
         click.echo(heading("2. Budgets the policy grants"))
-        _print_budgets(admin.budget(), admin.policy.delta)
+        _print_budgets(admin.budget(), admin.policy.accounting, admin.policy.delta)
         click.echo()
         click.echo(heading("3. The ledger charges before anything private is computed"))
         _show_ledger(path)
@@ -60,7 +60,8 @@ def run_demo(path: Path) -> None:
         click.echo(heading("5. Every request is audited"))
         rows = admin.audit(last=5)
         click.echo(table([[r["id"], r["user"], r["action"], r["outcome"],
-                           r["cost"].describe() if r["cost"] else ""] for r in rows],
+                           r["cost"].describe(admin.policy.delta) if r["cost"] else ""]
+                          for r in rows],
                          ["id", "user", "action", "outcome", "cost"], right=[0]))
         click.echo()
         _show_releases(admin)
@@ -96,7 +97,7 @@ def _show_ledger(path: Path) -> None:
                 break
             spent += 1
             click.echo(f"   charged bob {cost.describe(bob.policy.delta)}; "
-                       f"left: {charge.remaining.describe(bob.policy.delta, budget=True)}")
+                       f"left: {charge.remaining.describe(bob.policy.delta, 'down')}")
 
 
 DEMO_QUERIES = (
@@ -129,7 +130,7 @@ def _show_queries(path: Path) -> None:
             for line in render(answer).splitlines():
                 click.echo(f"     {line}")
             click.echo(f"     cost: {cost}")
-        left = alice.budget()[0].remaining.describe(delta, budget=True)
+        left = alice.budget()[0].remaining.describe(delta, "down")
         click.echo(f"   alice has {left} left; intervals hold the true value with 95% "
                    "confidence under the noise")
 

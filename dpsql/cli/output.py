@@ -61,6 +61,18 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
     return "\n".join([head, rule, *(line(r) for r in text)])
 
 
+def arrow_table(data: Any) -> str:
+    """A ``pyarrow.Table`` as an aligned text table (numbers right-aligned); "" if no columns."""
+    import pyarrow as pa
+
+    if data.num_columns == 0:
+        return ""
+    right = [i for i, f in enumerate(data.schema)
+             if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
+    rows = [list(r.values()) for r in data.to_pylist()]
+    return table(rows, data.column_names, right=right)
+
+
 def heading(text: str) -> str:
     """A section title for terminal output."""
     return click.style(text, bold=True) if sys.stdout.isatty() else text

@@ -14,7 +14,7 @@ import click
 from dpsql.cli import sigint
 from dpsql.cli.common import cli, db_option, json_option
 from dpsql.cli.complete import Completer
-from dpsql.cli.output import emit_json, table
+from dpsql.cli.output import arrow_table, emit_json
 from dpsql.errors import ConfigurationError, DPSQLError, QueryRejected
 
 if TYPE_CHECKING:  # Arrow, sqlglot and the session load with the command that runs
@@ -48,15 +48,7 @@ def user_option(f: Any) -> Any:
 
 def render(answer: Any) -> str:
     """An answer's rows as an aligned text table (numbers right-aligned)."""
-    import pyarrow as pa
-
-    data: pa.Table = answer.table
-    if data.num_columns == 0:
-        return ""
-    right = [i for i, f in enumerate(data.schema)
-             if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)]
-    rows = [list(r.values()) for r in data.to_pylist()]
-    return table(rows, data.column_names, right=right)
+    return arrow_table(answer.table)
 
 
 def as_csv(data: pa.Table) -> str:

@@ -175,7 +175,7 @@ def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
                    "record": result.record, "warnings": result.warnings,
                    "remaining": standing.remaining.as_dict(delta_policy)})
         return
-    _print_release(result, standing.remaining.describe(delta_policy, budget=True))
+    _print_release(result, standing.remaining.describe(delta_policy, "down"))
 
 
 @cli.command("release-more")

@@ -202,7 +202,7 @@ def _show(call: _Call, name: str, text: str) -> Answer:
     session, zero = call.session, call.zero
     lowered = name.lower()
     if lowered == "dpsql.budget":
-        return Answer(meta.budget_table(session), "budget", zero, status="SHOW")
+        return _budget(call, "SHOW")
     if lowered in ("all", "dpsql.all"):
         return Answer(meta.all_options(session), "show", zero, status="SHOW")
     if lowered == "dpsql.datasets":
@@ -218,6 +218,13 @@ def _show(call: _Call, name: str, text: str) -> Answer:
     return Answer(meta.option_rows(session, [short]), "show", zero, status="SHOW")
 
 
+def _budget(call: _Call, status: str | None = None) -> Answer:
+    """The caller's budgets, with the line saying which unit adds up."""
+    table = meta.budget_table(call.session)
+    return Answer(table, "budget", call.zero, notice=meta.budget_note(call.policy.accounting),
+                  status=status or f"SELECT {table.num_rows}")
+
+
 def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
     if _budget_call(ast):
         assert isinstance(ast, exp.Select)
@@ -225,8 +232,7 @@ def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
         if extra or not all(isinstance(e, exp.Star) for e in ast.expressions):
             raise reject(text, "dpsql_budget() is read with SELECT * FROM dpsql_budget()", ast,
                          construct="dpsql_budget()", advice="SELECT * FROM dpsql_budget()")
-        table = meta.budget_table(call.session)
-        return Answer(table, "budget", call.zero, status=f"SELECT {table.num_rows}")
+        return _budget(call)
     if reads_released(ast) or ast.find(exp.From) is None:
         return _released(call, ast, text)
     return _dp(call, _planned(call, ast, text), text, checked=True)
@@ -390,7 +396,7 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
         remaining = call.ledger.budget(call.user, dataset).remaining
         notice = (f"dpsql: {dataset}: repeated query answered from the cache at no cost "
                   f"(first answered in request {stored.audit_id}); remaining "
-                  f"{meta.both_units(remaining, policy.delta, budget=True)}")
+                  f"{meta.both_units(remaining, policy.delta, 'down')}")
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
     bound = _helpers().submit(_bind, call, prepared,  # while the charge commits
@@ -475,7 +481,7 @@ def _draw(call: _Call, prepared: _Prepared,
     delta, dataset = call.policy.delta, prepared.plan.dataset.name
     draws = [n.sample(prepared.plan.cells) for n in prepared.noises]
     return draws, (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, delta)}; "
-                   f"remaining {meta.both_units(remaining, delta, budget=True)}")
+                   f"remaining {meta.both_units(remaining, delta, 'down')}")
 
 
 def _wait_out(ready: futures.Future[Any]) -> None:
@@ -610,7 +616,7 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
         meta.both_units(prepared.cost, policy.delta)
     notice = (f"dpsql: {plan.dataset.name}: this query would cost {would}; split equally "
               f"over {len(plan.measures)} measurement(s); {plan.cells} public group(s); "
-              f"remaining {meta.both_units(remaining, policy.delta, budget=True)}")
+              f"remaining {meta.both_units(remaining, policy.delta, 'down')}")
     audit = call.ledger.record(call.user, plan.dataset.name, text, "explained",
                                action="explain")
     return Answer(table, "explain", call.zero, remaining, plan.dataset.name, cached, info,

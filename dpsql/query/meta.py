@@ -10,55 +10,69 @@ information or the caller's own standing; nothing reads sensitive rows.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from dpsql.privacy import PrivacyCost
+from dpsql.privacy import WHY_RHO, PrivacyCost, Rounding, figure
 from dpsql.query.options import OPTIONS, confidence
 from dpsql.query.released import SCHEMA
 
 if TYPE_CHECKING:
+    from dpsql.ledger import Budget
     from dpsql.session import Session
 
 
-def both_units(cost: PrivacyCost, delta: float | None, *, budget: bool = False) -> str:
+def both_units(cost: PrivacyCost, delta: float | None, rounding: Rounding = "up") -> str:
     """A cost in both units: rho with its (epsilon, delta), or epsilon with its rho."""
     if cost.kind == "zcdp" or cost.infinite:
-        return cost.describe(delta, budget=budget)
-    rho = cost.to_zcdp().describe(budget=budget)
-    return f"{cost.describe(budget=budget)} ({rho})"
+        return cost.describe(delta, rounding)
+    return f"{cost.describe(rounding=rounding)} ({cost.to_zcdp().describe(rounding=rounding)})"
 
 
-def _value(cost: PrivacyCost) -> float:
-    return math.inf if cost.infinite else float(cost.value)
+#: How each figure of a standing rounds: never more left, nor less spent, than is true.
+ROUNDING: dict[str, Rounding] = {"granted": "nearest", "spent": "up", "remaining": "down"}
+
+
+def budget_note(accounting: str) -> str:
+    """The line under every budget table: which unit adds up, and why epsilons do not."""
+    return f"dpsql: {WHY_RHO}" if accounting == "zcdp" else \
+        "dpsql: epsilon adds up (granted = spent + remaining)"
+
+
+def budget_rows(budgets: list[Budget], accounting: str, delta: float | None) -> pa.Table:
+    """Standings as every budget table shows them (``SHOW dpsql.budget``, ``budget show``).
+
+    Under zCDP the figures are rho, each with its epsilon at ``delta`` beside it;
+    under pure DP, epsilon. Four significant figures, rounded as :data:`ROUNDING`.
+    """
+    unit = "epsilon" if accounting == "pure" else "rho"
+    columns: dict[str, pa.Array] = {
+        "dataset": pa.array([b.dataset for b in budgets], pa.string()),
+        "unit": pa.array([unit] * len(budgets), pa.string()),
+    }
+    for name, rounding in ROUNDING.items():
+        costs = [getattr(b, name) for b in budgets]
+        columns[name] = pa.array([_figure(c.value if not c.infinite else math.inf, rounding)
+                                  for c in costs], pa.float64())
+    if accounting == "zcdp":
+        for name, rounding in ROUNDING.items():
+            columns[f"{name}_epsilon"] = pa.array(
+                [_figure(getattr(b, name).epsilon(delta or 0), rounding) for b in budgets],
+                pa.float64())
+        columns["delta"] = pa.array([delta] * len(budgets), pa.float64())
+    return pa.table(columns)
+
+
+def _figure(value: Fraction | float, rounding: Rounding) -> float:
+    return float(figure(value, rounding))
 
 
 def budget_table(session: Session) -> pa.Table:
     """The caller's budgets: one row per dataset."""
     policy = session.policy
-    unit = "epsilon" if policy.accounting == "pure" else "rho"
-    rows: dict[str, list[Any]] = {k: [] for k in (
-        "dataset", "unit", "granted", "spent", "remaining", "remaining_epsilon", "delta")}
-    for standing in session.ledger.budgets(session.user):
-        remaining = standing.remaining
-        rows["dataset"].append(standing.dataset)
-        rows["unit"].append(unit)
-        rows["granted"].append(_value(standing.granted))
-        rows["spent"].append(_value(standing.spent))
-        rows["remaining"].append(_value(remaining))
-        rows["remaining_epsilon"].append(remaining.epsilon(policy.delta or 0)
-                                         if policy.accounting == "zcdp" else _value(remaining))
-        rows["delta"].append(policy.delta)
-    return pa.table({
-        "dataset": pa.array(rows["dataset"], pa.string()),
-        "unit": pa.array(rows["unit"], pa.string()),
-        "granted": pa.array(rows["granted"], pa.float64()),
-        "spent": pa.array(rows["spent"], pa.float64()),
-        "remaining": pa.array(rows["remaining"], pa.float64()),
-        "remaining_epsilon": pa.array(rows["remaining_epsilon"], pa.float64()),
-        "delta": pa.array(rows["delta"], pa.float64()),
-    })
+    return budget_rows(session.ledger.budgets(session.user), policy.accounting, policy.delta)
 
 
 def option_rows(session: Session, names: list[str]) -> pa.Table:
