@@ -53,19 +53,22 @@ users:
 """
 
 
-def make_store(path: Path) -> Path:
-    """A store over the Adult sample, the server policy, passwords, and one release."""
+def make_store(path: Path, policy_text: str = SERVER_POLICY, data: Path = ADULT_SAMPLE,
+               passwords: dict[str, str] = PASSWORDS,
+               released: tuple[str, ...] = ("age", "sex", "race")) -> Path:
+    """A store over ``data`` (the Adult sample), a policy, passwords, and one release of
+    the ``released`` columns (``released.adult_syn``)."""
     policy = path.parent / "server_policy.yaml"
-    policy.write_text(SERVER_POLICY)
-    store, _ = dpsql.init(path, policy, {"adult": ADULT_SAMPLE})
+    policy.write_text(policy_text)
+    store, _ = dpsql.init(path, policy, {"adult": data})
     try:
-        for user, password in PASSWORDS.items():
+        for user, password in passwords.items():
             auth.set_password(store, user, password)
     finally:
         store.close()
     with dpsql.connect(path, "admin") as admin:
         admin.release("adult", synthesizer="independent", name="adult_syn", epsilon=1,
-                      rows=200, columns=["age", "sex", "race"], seed=7)
+                      rows=200, columns=list(released), seed=7)
     return path
 
 
