@@ -2,7 +2,8 @@
 
 A sample of the in-process canary fuzz (tests/query/test_canary.py: every
 hand-written shape, a slice of the generated function calls) plus catalog
-queries only the server answers (pg_class, pg_stats, pg_authid, settings) go
+queries only the server answers (pg_class, pg_stats, pg_authid, settings,
+COPY ... TO STDOUT, cursors) go
 through ``dpsql serve`` on one psycopg connection with a password. Rows,
 column names, status, notices, SQLSTATE, message, detail and hint are all
 checked; the budget (``dpsql_budget()``) must only move for a DP answer.
@@ -25,7 +26,7 @@ from .conftest import ServerProcess, serve_args, start_server
 
 STRIDE = 25  # one generated function call in STRIDE goes over the wire, and every call of
 FAMILIES = re.compile(r"histogram|serializ|query|summar")  # the families found leaking before
-CATALOG = (
+WIRE_ONLY = (
     "SELECT relname, reltuples, relpages FROM pg_catalog.pg_class",
     "SELECT * FROM pg_catalog.pg_stats", "SELECT * FROM pg_catalog.pg_statistic",
     "SELECT * FROM pg_catalog.pg_stat_user_tables", "SELECT * FROM pg_catalog.pg_authid",
@@ -38,6 +39,14 @@ CATALOG = (
     "SELECT pg_read_file('canary.duckdb')", "SELECT pg_catalog.pg_table_size('adult')",
     "SELECT pg_catalog.pg_relation_size('adult')", "SELECT count(*) FROM pg_catalog.pg_class",
     "SELECT obj_description('adult'::regclass)", "SELECT * FROM adult LIMIT 1",
+    "COPY (SELECT * FROM adult) TO STDOUT", "COPY adult TO STDOUT",
+    "COPY (SELECT * FROM released.adult_syn CROSS JOIN LATERAL histogram(adult, note)) TO STDOUT",
+    "COPY (SELECT json_serialize_plan('SELECT max(income) FROM adult', optimize := true)) "
+    "TO STDOUT",
+    "DECLARE c1 CURSOR FOR SELECT * FROM adult", "FETCH ALL FROM c1",
+    "DECLARE c2 CURSOR FOR SELECT * FROM released.adult_syn CROSS JOIN LATERAL "
+    "histogram(adult, note)", "FETCH ALL FROM c2",
+    "DECLARE c3 CURSOR FOR SELECT * FROM released.adult_syn", "FETCH 5 FROM c3", "CLOSE c3",
 )
 
 
@@ -55,7 +64,7 @@ def wire_sample(path: Path) -> list[str]:
     shapes = list(canary.shape_attacks(path))
     generated = [q for q in canary.attacks(path) if q not in set(shapes)]
     chosen = {q: None for i, q in enumerate(generated) if i % STRIDE == 0 or FAMILIES.search(q)}
-    return [*shapes, *chosen, *CATALOG]
+    return [*shapes, *chosen, *WIRE_ONLY]
 
 
 class WireAnalyst:
@@ -85,10 +94,14 @@ class WireAnalyst:
         values: tuple[object, ...]
         try:
             with self.conn.cursor() as cur:
-                cur.execute(query)
-                names = [d.name for d in cur.description or []]
-                rows = cur.fetchmany(1000) if cur.description else []
-                values, kind = (names, rows, cur.statusmessage), "free"
+                if query.startswith("COPY"):
+                    with cur.copy(query) as copy:
+                        values, kind = (b"".join(bytes(b) for b in copy),), "free"
+                else:
+                    cur.execute(query)
+                    names = [d.name for d in cur.description or []]
+                    rows = cur.fetchmany(1000) if cur.description else []
+                    values, kind = (names, rows, cur.statusmessage), "free"
         except psycopg.Error as err:
             diag = err.diag
             values = (str(err), diag.sqlstate, diag.message_primary, diag.message_detail,
