@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from dpsql.outside import Handling
 from dpsql.server import auth
 
 from ..conftest import ADULT_SAMPLE
@@ -55,12 +56,13 @@ users:
 
 def make_store(path: Path, policy_text: str = SERVER_POLICY, data: Path = ADULT_SAMPLE,
                passwords: dict[str, str] = PASSWORDS,
-               released: tuple[str, ...] = ("age", "sex", "race")) -> Path:
+               released: tuple[str, ...] = ("age", "sex", "race"),
+               outside: Handling = "refuse") -> Path:
     """A store over ``data`` (the Adult sample), a policy, passwords, and one release of
-    the ``released`` columns (``released.adult_syn``)."""
+    the ``released`` columns (``released.adult_syn``); ``outside`` as for :func:`dpsql.init`."""
     policy = path.parent / "server_policy.yaml"
     policy.write_text(policy_text)
-    store, _ = dpsql.init(path, policy, {"adult": data})
+    store, _ = dpsql.init(path, policy, {"adult": data}, outside=outside)
     try:
         for user, password in passwords.items():
             auth.set_password(store, user, password)

@@ -89,8 +89,8 @@ class WireAnalyst:
     def ask(self, query: str) -> Reply:
         if self.conn.closed:
             self.conn = self._connect()
-        self.notices.clear()
         before = self.budget()
+        self.notices.clear()  # from here on, only this query's notices
         values: tuple[object, ...]
         try:
             with self.conn.cursor() as cur:
@@ -107,11 +107,12 @@ class WireAnalyst:
             values = (str(err), diag.sqlstate, diag.message_primary, diag.message_detail,
                       diag.message_hint, diag.context)
             kind = "refused"
+        notices = tuple(self.notices)
         if self.conn.closed:
-            return Reply((*values, "connection lost"), kind, False)
-        if kind == "free" and any("epsilon" in str(n) for n in self.notices):
-            kind = "dp"  # a DP answer's notice states its cost
-        return Reply((*values, *self.notices), kind, self.budget() != before)
+            return Reply((*values, *notices, "connection lost"), kind, False)
+        if kind == "free" and any("charged" in str(n[2]) for n in notices):
+            kind = "dp"  # a DP answer's notice states its charge
+        return Reply((*values, *notices), kind, self.budget() != before)
 
 
 def test_no_reply_leaks_over_the_wire(canary_served) -> None:
