@@ -36,8 +36,11 @@ from dpsql.store import HARDENED_CONFIG, Store, install_udfs
 SCHEMA = "released"
 
 #: On top of the store's hardening: no Python object can be scanned by name, so
-#: no variable of a calling frame is reachable from analyst SQL.
-FREE_CONFIG = {**HARDENED_CONFIG, "python_enable_replacements": False}
+#: no variable of a calling frame is reachable from analyst SQL; and a free query
+#: that tries to use the whole machine (a many-way self-join) hits a memory and
+#: spill limit instead (the server's statement timeout bounds its time).
+FREE_CONFIG = {**HARDENED_CONFIG, "python_enable_replacements": False,
+               "memory_limit": "25%", "max_temp_directory_size": "4GB"}
 
 _SIGNATURE = (
     "SELECT t.table_name, t.column_count, t.estimated_size, r.release_id, md5(r.record) "

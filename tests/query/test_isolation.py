@@ -118,3 +118,19 @@ def test_closing_the_store_removes_the_copy(store_path: Path) -> None:
     assert any(folder.iterdir())
     session.close()
     assert not folder.exists()
+
+
+def test_the_isolated_database_has_a_memory_and_spill_limit(released: Session) -> None:
+    settings = dict(free_rows(released, "SELECT name, value FROM duckdb_settings() WHERE name "
+                                        "IN ('memory_limit', 'max_temp_directory_size', "
+                                        "'python_enable_replacements')"))
+    assert settings["python_enable_replacements"] == "false"
+    assert settings["max_temp_directory_size"] == "3.7 GiB"
+    default = duckdb.connect().sql("SELECT current_setting('memory_limit')").fetchone()
+    assert default is not None
+    assert gib(settings["memory_limit"]) < gib(default[0]) / 2  # 25% of memory, not 80%
+
+
+def gib(text: str) -> float:
+    number, unit = text.split()
+    return float(number) * {"GiB": 1.0, "MiB": 1 / 1024, "TiB": 1024.0}[unit]
