@@ -48,11 +48,11 @@ from dpsql.query.options import (
     reset_option,
     set_option,
 )
-from dpsql.query.parse import plan_query
-from dpsql.query.plan import Context, calibrate, clamped_columns, expand_public_keys, to_sql
 from dpsql.query.plancache import Entry, plans_of
+from dpsql.query.planner import plan_query
 from dpsql.query.post import answer_table, base_table
 from dpsql.query.released import check_released, reads_released
+from dpsql.query.render import Context, calibrate, clamped_columns, expand_public_keys, to_sql
 from dpsql.query.statement import (
     ExplainStatement,
     QueryStatement,

@@ -24,7 +24,7 @@ from dpsql.errors import InternalError
 from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import Aggregate, QueryPlan
-from dpsql.query.plan import key_arrays, midpoint
+from dpsql.query.render import key_arrays, midpoint
 
 Value: TypeAlias = Any  # a pyarrow Array, ChunkedArray or Scalar
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dpsql
-from dpsql.query.parse import plan_query
+from dpsql.query.planner import plan_query
 from dpsql.query.statement import QueryStatement, classify
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY

@@ -31,9 +31,9 @@ import dpsql
 from dpsql.query import cache
 from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
 from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
-from dpsql.query.parse import plan_query
-from dpsql.query.plan import Context, to_sql
+from dpsql.query.planner import plan_query
 from dpsql.query.predicates import Folder, RowChecker
+from dpsql.query.render import Context, to_sql
 from dpsql.query.statement import QueryStatement, classify
 from dpsql.session import Session
 from dpsql.store import Store

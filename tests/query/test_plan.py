@@ -14,8 +14,9 @@ import sqlglot
 import dpsql
 from dpsql.query.dialect import DIALECT
 from dpsql.query.model import canonical_sql
-from dpsql.query.parse import plan_query
-from dpsql.query.plan import (
+from dpsql.query.planner import plan_query
+from dpsql.query.post import arrow_pattern
+from dpsql.query.render import (
     PASSES,
     Context,
     bound_contributions,
@@ -24,7 +25,6 @@ from dpsql.query.plan import (
     filter_rows,
     to_sql,
 )
-from dpsql.query.post import arrow_pattern
 from dpsql.session import Session
 
 POLICY = """
