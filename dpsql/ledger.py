@@ -287,7 +287,7 @@ class Ledger:
                action: str = "query") -> int:
         """Add one audit row (answered, refused, rejected, cached, ...); returns its id."""
         with self.store.transaction() as cur:
-            audit_id = self.store.next_id(cur)
+            audit_id = self.store.next_id()
             self._audit(cur, audit_id, user, dataset, action, statement, cost, outcome, reason)
         return audit_id
 
@@ -341,11 +341,11 @@ class Ledger:
         self.policy.dataset(dataset)
         amount = amount.to(self.policy.accounting)
         with self.store.lock, self.store.transaction() as cur:
-            event = self.store.next_id(cur)
+            event = self.store.next_id()
             cur.execute("INSERT INTO dpsql.grants VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [event, now(), user, dataset, amount.kind, amount.units, amount.infinite,
                          admin, self.policy.fingerprint])
-            self._audit(cur, self.store.next_id(cur), admin, dataset, "grant",
+            self._audit(cur, self.store.next_id(), admin, dataset, "grant",
                         f"grant {user} {dataset} {amount.describe(self.policy.delta)}", amount,
                         "granted", None)
             _standings_of(self.store).forget(dataset)

@@ -20,8 +20,6 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Literal
 
-from scipy import special
-
 from dpsql.errors import ConfigurationError
 
 Kind = Literal["pure", "zcdp"]
@@ -591,52 +589,3 @@ def _positive(value: Number, what: str) -> Fraction:
         raise ConfigurationError(f"{what} must be > 0, got {value}")
     return exact
 
-
-# -- the analytic Gaussian (Balle & Wang 2018) ---------------------------------
-
-
-def _analytic_delta(sigma: float, sensitivity: float, epsilon: float) -> float:
-    """Delta achieved by Gaussian noise sigma at epsilon (Balle & Wang 2018, Thm 8)."""
-    a = sensitivity / (2 * sigma)
-    b = epsilon * sigma / sensitivity
-    # Phi(a - b) - e^eps Phi(-a - b), with log-space for the second term.
-    first = special.ndtr(a - b)
-    second = math.exp(epsilon + special.log_ndtr(-a - b))
-    return float(first - second)
-
-
-def analytic_gaussian_sigma(sensitivity: Number, epsilon: Number, delta: Number) -> float:
-    """The smallest sigma for which Gaussian noise is (epsilon, delta)-DP (Balle & Wang 2018).
-
-    Bisection on the exact delta curve, returning the upper end of the bracket
-    so the answer never under-noises.
-    """
-    sens = float(_positive(sensitivity, "sensitivity"))
-    eps = float(check_epsilon(epsilon))
-    dlt = float(check_delta(delta))
-    if dlt == 0:
-        raise ConfigurationError("the Gaussian mechanism needs delta > 0")
-    lo, hi = 1e-12 * sens, sens
-    while _analytic_delta(hi, sens, eps) > dlt:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if _analytic_delta(mid, sens, eps) > dlt:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-12 * hi:
-            break
-    return hi
-
-
-def gaussian_sigma(sensitivity: Number, rho: Number) -> float:
-    """Sigma = Δ / sqrt(2 rho) for a rho-zCDP Gaussian mechanism, rounded up."""
-    sens = float(_positive(sensitivity, "sensitivity"))
-    r = float(_positive(rho, "rho"))
-    return math.nextafter(sens / math.sqrt(2 * r), math.inf)
-
-
-def laplace_scale(sensitivity: Number, epsilon: Number) -> Fraction:
-    """Discrete Laplace scale Δ/ε for an epsilon-DP integer query (exact)."""
-    return _positive(sensitivity, "sensitivity") / check_epsilon(epsilon)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import logging
 import math
-import os
 import re
 import secrets
 import threading
@@ -34,6 +33,7 @@ import pyarrow as pa
 from dpsql.domain import quote
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.policy import Policy, did_you_mean
+from dpsql.synth.base import known_names
 
 SCHEMA_VERSION = 4
 
@@ -167,7 +167,7 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
 
 
 class Store:
-    """An open governed DuckDB file. Use :meth:`open` (shared per process) or :meth:`create`."""
+    """An open governed DuckDB file, opened with :meth:`open` (one instance per file)."""
 
     def __init__(self, path: Path, connection: duckdb.DuckDBPyConnection) -> None:
         self.path = path
@@ -371,10 +371,6 @@ class Store:
         """A new cursor on the hardened database (one per thread)."""
         return self._con.cursor()
 
-    def analyst_cursor(self) -> duckdb.DuckDBPyConnection:
-        """A cursor for analyst paths: it only ever runs SQL that dpsql generated."""
-        return self._con.cursor()
-
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A cursor inside BEGIN ... COMMIT (ROLLBACK on any error)."""
@@ -401,7 +397,7 @@ class Store:
                 found = self._state[kind] = kind()
             return found
 
-    def next_id(self, cur: duckdb.DuckDBPyConnection | None = None) -> int:
+    def next_id(self) -> int:
         """A fresh event id (audit, charges, grants share one sequence)."""
         return self.next_ids(1)[0]
 
@@ -530,8 +526,6 @@ class Store:
 
     def check_policy(self, policy: Policy) -> list[str]:
         """Check the policy against the tables; returns notes (undeclared columns, hidden)."""
-        from dpsql.synth.base import known_names  # the synthesizers import the store
-
         notes, known = [], known_names()
         for ds in policy.datasets.values():
             for name in ds.synthesizers:
@@ -582,7 +576,7 @@ class Store:
                 cur.execute(
                     "INSERT INTO dpsql.audit (id, ts, user_name, action, statement, outcome, "
                     "reason, fingerprint) VALUES (?, ?, ?, 'policy', ?, 'applied', ?, ?)",
-                    [self.next_id(cur), now(), applied_by, f"policy apply {policy.source}",
+                    [self.next_id(), now(), applied_by, f"policy apply {policy.source}",
                      "; ".join(changes)[:2000], policy.fingerprint],
                 )
             self._policy_cache = None
@@ -714,11 +708,3 @@ def _connect(path: Path) -> duckdb.DuckDBPyConnection:
                          "close other connections to it first") from err
     except duckdb.Error as err:
         raise StoreError(f"cannot open {path}: {str(err).splitlines()[0]}") from err
-
-
-def store_for_env(path: str | None) -> str:
-    """The store path from ``--db`` or the DPSQL_DB environment variable."""
-    chosen = path or os.environ.get("DPSQL_DB")
-    if not chosen:
-        raise ConfigurationError("no store given: pass --db PATH or set DPSQL_DB")
-    return chosen

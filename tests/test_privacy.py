@@ -9,7 +9,6 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
-from scipy import stats
 
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import (
@@ -17,12 +16,9 @@ from dpsql.privacy import (
     GaussianMechanism,
     LaplaceMechanism,
     PrivacyCost,
-    analytic_gaussian_sigma,
     budget_cost,
     epsilon_from_rho,
     figure,
-    gaussian_sigma,
-    laplace_scale,
     rho_from_epsilon_delta,
     zcdp_epsilon,
 )
@@ -161,26 +157,6 @@ def test_budget_exact_at_boundary_passes_one_quantum_more_fails():
     assert spent + PrivacyCost.pure("0.3") <= budget
     assert not spent + PrivacyCost.pure("0.3") + ONE_QUANTUM_PURE <= budget
     assert Fraction(1, 10**18) == QUANTUM
-
-
-def test_analytic_gaussian_meets_delta_and_is_tight():
-    sens, eps, delta = 1.0, 1.0, 1e-5
-    sigma = analytic_gaussian_sigma(sens, eps, delta)
-
-    def achieved(s: float) -> float:
-        return stats.norm.cdf(sens / (2 * s) - eps * s / sens) - math.exp(eps) * stats.norm.cdf(
-            -sens / (2 * s) - eps * s / sens)
-
-    assert achieved(sigma) <= delta
-    assert achieved(sigma * (1 - 1e-6)) > delta
-    # Balle & Wang: tighter than the classical sqrt(2 ln(1.25/delta)) / eps calibration.
-    assert sigma < math.sqrt(2 * math.log(1.25 / delta)) / eps
-
-
-def test_simple_calibrations():
-    assert laplace_scale(1, "0.1") == 10
-    assert gaussian_sigma(1, 0.5) >= 1.0
-    assert gaussian_sigma(1, 0.5) == pytest.approx(1.0)
 
 
 # -- the tight zCDP -> (epsilon, delta) conversion, against Google's dp-accounting --------

@@ -57,7 +57,7 @@ def test_a_hard_link_opens_the_same_store(store_path):
 ])
 def test_every_connection_is_hardened(store_path, statement):
     with Store.open(store_path) as store, pytest.raises(duckdb.Error):
-        store.analyst_cursor().execute(statement)
+        store.cursor().execute(statement)
 
 
 def test_second_process_gets_a_clear_error(store_path):

@@ -389,10 +389,3 @@ def audit_cmd(db: str, user: str | None, last: int | None, actor: str | None,
 def _short(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def demo_policy_path() -> Path:
-    """Where the bundled demo policy lives."""
-    from importlib import resources
-
-    return Path(str(resources.files("dpsql").joinpath("data/adult.yaml")))

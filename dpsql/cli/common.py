@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -55,8 +54,3 @@ def default_actor(actor: str | None, db: str) -> str:
     with Store.open(db) as store:
         admins = [u.name for u in store.active_policy().users.values() if u.role == "admin"]
     return admins[0]
-
-
-def env_user() -> str | None:
-    """The user named by $DPSQL_USER, if any."""
-    return os.environ.get("DPSQL_USER")

@@ -150,7 +150,7 @@ class DuckDBEngine:
     def _snapshot(self) -> duckdb.DuckDBPyConnection:
         """The statement's cursor, inside a transaction begun on first use."""
         if self._cursor is None:
-            cursor = self.store.analyst_cursor()
+            cursor = self.store.cursor()
             cursor.execute("BEGIN TRANSACTION")
             self._cursor = cursor
         return self._cursor

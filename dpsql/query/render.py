@@ -367,22 +367,5 @@ def key_arrays(plan: QueryPlan) -> list[pa.Array]:
     return list(plan.key_arrays)
 
 
-def sql_text(select: exp.Select) -> str:
-    """The generated SQL as text (for EXPLAIN PRIVACY and tests)."""
-    return select.sql(dialect="duckdb")
-
-
 __all__ = ["PASSES", "Context", "calibrate", "expand_public_keys", "key_arrays", "to_sql"]
 
-
-def grid_value(units: np.ndarray, exponent: int) -> np.ndarray:
-    """Grid units -> answer units (exact for power-of-two grids)."""
-    return np.ldexp(units.astype(np.float64), exponent)
-
-
-def as_cost(noises: tuple[Noise, ...], kind: Kind) -> PrivacyCost:
-    """The total of the measures' shares (at most the query's cost)."""
-    total = PrivacyCost.zero(kind)
-    for n in noises:
-        total = total + n.cost
-    return total

@@ -218,7 +218,7 @@ def set_password(store: Store, user: str, password: str, *,
                     [user, verifier, now()])
         cur.execute("INSERT INTO dpsql.audit (id, ts, user_name, action, outcome, fingerprint) "
                     "VALUES (?, ?, ?, 'credential', 'set', ?)",
-                    [store.next_id(cur), now(), user, store.active_policy().fingerprint])
+                    [store.next_id(), now(), user, store.active_policy().fingerprint])
 
 
 def remove_user(store: Store, user: str) -> bool:
@@ -233,7 +233,7 @@ def remove_user(store: Store, user: str) -> bool:
         if found:
             cur.execute("INSERT INTO dpsql.audit (id, ts, user_name, action, outcome, "
                         "fingerprint) VALUES (?, ?, ?, 'credential', 'removed', ?)",
-                        [store.next_id(cur), now(), user, store.active_policy().fingerprint])
+                        [store.next_id(), now(), user, store.active_policy().fingerprint])
     return found
 
 

@@ -87,14 +87,6 @@ class Structure:
         """Number of canonical parameters (the length of ``theta``)."""
         return sum(self.scope_features(s) for s in self.scopes)
 
-    def feature_names(self, names: Sequence[str]) -> list[str]:
-        """Readable labels, e.g. ``age=2,sex=1``, in ``theta`` order."""
-        out = []
-        for scope in self.scopes:
-            for v in itertools.product(*(range(1, self.sizes[j]) for j in scope)):
-                out.append(",".join(f"{names[j]}={x}" for j, x in zip(scope, v, strict=True)))
-        return out
-
     # -- theta -> junction-tree log-potentials --------------------------------------------
     @cached_property
     def assigned(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
