@@ -8,7 +8,7 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,19 @@ def peak_rss_mb() -> float:
     """Peak resident memory of this process so far, in MB."""
     usage = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return usage / 1024 if sys.platform != "darwin" else usage / 2**20
+
+
+def readme(text: str) -> None:
+    """Print the figures as README.md's "Measured" table quotes them, on a ``README:`` line,
+    so that a re-run can be compared with the table."""
+    print(f"README: {text}", flush=True)
+
+
+def span(values: Iterable[float], spec: str) -> str:
+    """``lo-hi`` of ``values`` in the format ``spec`` (one number when they round alike)."""
+    listed = list(values)
+    lo, hi = format(min(listed), spec), format(max(listed), spec)
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def print_table(rows: list[dict[str, Any]], as_json: bool = False) -> None:

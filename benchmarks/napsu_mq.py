@@ -39,7 +39,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import statsmodels.formula.api as smf
-from _common import adult10_policy, shared_data
+from _common import adult10_policy, readme, shared_data, span
 
 import dpsql
 from dpsql.analysis import rubin
@@ -109,6 +109,7 @@ def toy(args: argparse.Namespace) -> None:
           f"{args.toy_repeats} repeats, delta=n^-2")
     print(f"{'eps':>5} {'method':<22} {'cover x1':>9} {'cover x2':>9} {'CI width x1':>12} "
           f"{'fit s (median)':>15}")
+    covered: dict[str, list[float]] = {}
     for eps in args.eps:
         rho = rho_from_epsilon_delta(eps, 1 / n**2)
         hits = {"NAPSU-MQ + Rubin": [], "noise-unaware, 1 copy": []}
@@ -148,10 +149,15 @@ def toy(args: argparse.Namespace) -> None:
             con.close()
         for method in hits:
             cov = np.mean(hits[method], axis=0)
+            covered.setdefault(method, []).extend(cov)
             wid = np.median(widths[method], axis=0)
             fit_s = f"{np.median(seconds):15.2f}" if method.startswith("NAPSU") else f"{'':>15}"
             print(f"{eps:5.1f} {method:<22} {cov[0]:9.2f} {cov[1]:9.2f} {wid[0]:12.3f}{fit_s}")
         sys.stdout.flush()
+    readme(f"toy n={n}, eps {', '.join(f'{e:g}' for e in args.eps)}, {args.toy_repeats} "
+           f"repeats, {args.toy_copies} copies: 95% intervals cover "
+           f"{span(covered['NAPSU-MQ + Rubin'], '.2f')} (noise-unaware: "
+           f"{span(covered['noise-unaware, 1 copy'], '.2f')})")
 
 
 # -- adult ----------------------------------------------------------------------------
@@ -357,6 +363,14 @@ def adult(args: argparse.Namespace) -> None:
                         f"R-hat {max(r['chain']['max_rhat'] for r in rows):.4f} "
                         "(target <= 1.01)")
         print(summary)
+        nuts = (f"; NUTS {args.chains} x ({args.warmup} + {args.samples}) "
+                f"{med('nuts_s') / 60:.1f} min, R-hat up to "
+                f"{max(r['chain']['max_rhat'] for r in rows):.4f}"
+                if args.adult_inference == "nuts" else "")
+        readme(f"Adult {n:,} rows, the 10 coarsened columns of benchmarks/_common.py, "
+               f"{len(rows)} repeat(s): Laplace step {med('laplace_s'):.1f} s{nuts}; "
+               f"sampling=predictive one copy {med('error_predictive'):.4f}, default copies "
+               f"{med('error_copy'):.4f}")
         print(f"workload error (medians; issue's reference: MST 0.023, AIM 0.007): copy at the "
               f"posterior mean {med('error_mean'):.4f}, one copy {med('error_copy'):.4f}, mean "
               f"over copies {med('error_copies'):.4f}, pooled copies {med('error_pooled'):.4f}; "

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import readme, span
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -189,6 +190,23 @@ def main() -> None:
         print(table(rows))
         print()
         print(one_draw_table(single))
+        readme_line(rows, single)
+
+
+def readme_line(rows: list[dict[str, Any]], single: list[dict[str, Any]]) -> None:
+    """The README's two rows: a million counts, then one value per call."""
+    def of(table: list[dict[str, Any]], mechanism: str, key: str) -> list[float]:
+        return [r[key] for r in table if r["mechanism"] == mechanism]
+
+    speedups = [r["speedup"] for r in rows if r["speedup"] is not None]
+    opendp = f"; {span(speedups, '.0f')}x OpenDP" if speedups else "; OpenDP not run"
+    readme(f"{rows[0]['n']:,} counts, median of {rows[0]['runs']} runs: discrete Laplace "
+           f"{span(of(rows, 'discrete_laplace', 'seconds_median'), '.2f')} s, discrete Gaussian "
+           f"{span(of(rows, 'discrete_gaussian', 'seconds_median'), '.2f')} s{opendp}")
+    readme(f"one value, median of {single[0]['calls']} calls: discrete Laplace "
+           f"{span(of(single, 'discrete_laplace', 'ints_us'), '.0f')} us, discrete Gaussian "
+           f"{span(of(single, 'discrete_gaussian', 'ints_us'), '.0f')} us; "
+           f"{span([r['speedup'] for r in single], '.0f')}x the vectorized path")
 
 
 if __name__ == "__main__":

@@ -26,11 +26,12 @@ import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow.csv as pacsv
 import yaml
-from _common import median_time, peak_rss_mb, print_table
+from _common import median_time, peak_rss_mb, print_table, readme
 
 import dpsql
 from dpsql.store import Store
@@ -153,6 +154,20 @@ def main() -> None:
         if not args.json:
             print(f"median of {args.runs} runs each; peak RSS {peak_rss_mb():.0f} MB"
                   + ("" if sn is not None else "; smartnoise-sql not run"))
+            readme_line(rows, args)
+
+
+def readme_line(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    """The README's figures: rows 0 and 2 reuse the text, rows 1 and 3 are new texts."""
+    ratio = [f"{r['ratio']:.2f}x" for r in rows]
+    bounds = "without --enforce-bounds" if args.no_checks else "with --enforce-bounds"
+    units = f", a privacy unit per {args.unit_rows} rows" if args.unit_rows else ""
+    smartnoise = (f"smartnoise-sql {rows[0]['smartnoise_ratio']:.0f}x and "
+                  f"{rows[2]['smartnoise_ratio']:.0f}x" if "smartnoise_ratio" in rows[0]
+                  else "smartnoise-sql not run")
+    readme(f"{args.rows:,} rows, median of {args.runs} runs{units}: COUNT GROUP BY {ratio[0]}, "
+           f"SUM with BETWEEN {ratio[2]} {bounds}; a text never seen before {ratio[1]} and "
+           f"{ratio[3]}; {smartnoise}")
 
 
 if __name__ == "__main__":

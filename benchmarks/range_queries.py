@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table, shared_data
+from _common import print_table, readme, shared_data
 
 import dpsql
 from dpsql.domain import Domain
@@ -116,6 +116,18 @@ def main() -> None:
     print_table(rows, args.json)
     if not args.json:
         print(f"\n{args.fits} fits each; RMSE over every range of the given width (counts).")
+        readme_lines(rows, args.fits)
+
+
+def readme_lines(rows: list[dict[str, Any]], fits: int) -> None:
+    """The README's figure: wide-range RMSE of the default method against flat, at eps 1."""
+    wide = "rmse " + next(k for k in WIDTHS if k.startswith("wide"))
+    for row in rows:
+        if row["epsilon"] == "1" and row["method"].endswith("(default)"):
+            flat = next(r for r in rows if r["method"].startswith("flat") and
+                        all(r[k] == row[k] for k in ("data", "accounting", "epsilon")))
+            readme(f"{row['data']} {row['accounting']} eps 1, {fits} fits: wide-range RMSE "
+                   f"{row[wide]:.0f} ({row['method']}) vs {flat[wide]:.0f} (flat)")
 
 
 if __name__ == "__main__":

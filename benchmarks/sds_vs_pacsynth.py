@@ -31,7 +31,7 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from _common import adult10_policy, shared_data
+from _common import adult10_policy, readme, shared_data, span
 
 import dpsql
 from dpsql.analysis import fidelity
@@ -240,6 +240,7 @@ def main() -> None:
           "table); empty cells of a nullable column are its NULL category, of another column "
           "count in no cell")
     header = f"{'data':6} {'eps':>4} {'tool':8} " + " ".join(f"{c:>9}" for c in COLUMNS)
+    compared: list[tuple[dict[str, float], dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for name in args.datasets.split(","):
@@ -266,10 +267,28 @@ def main() -> None:
                     print(f"{name:6} {eps:>4g} {tool:8} "
                           + " ".join(f"{results[tool][c]:>9.4g}" for c in COLUMNS), flush=True)
                 if "pacsynth" in results:
+                    compared.append((results["dpsql"], results["pacsynth"]))
                     ratio = {c: _ratio(results["dpsql"][c], results["pacsynth"][c])
                              for c in COLUMNS}
                     print(f"{name:6} {eps:>4g} {'ratio':8} "
                           + " ".join(f"{ratio[c]:>9.3g}" for c in COLUMNS), flush=True)
+    if compared:
+        readme_line(compared, args)
+
+
+def readme_line(compared: list[tuple[dict[str, float], dict[str, float]]],
+                args: argparse.Namespace) -> None:
+    """The README's figure, over every dataset and epsilon compared (dpsql, pac-synth)."""
+    accuracy = [c for c in COLUMNS if c not in ("total_s", "peak_mb")]
+    worse = sorted({c for ours, theirs in compared for c in accuracy if ours[c] > theirs[c]})
+    smaller = [theirs[c] / ours[c] for ours, theirs in compared for c in ("mae1", "mae2", "mae3")
+               if ours[c] > 0]
+    readme(f"{args.datasets}, eps {args.epsilons}, median of {args.repeats} runs: "
+           + (f"worse on {', '.join(worse)}" if worse else "at least as accurate on every measure")
+           + f" ({span(smaller, '.0f')}x smaller tuple errors), "
+           f"empty cells {span([ours['empty%'] for ours, _ in compared], '.1f')}%, "
+           f"{span([theirs['total_s'] / ours['total_s'] for ours, theirs in compared], '.0f')}x "
+           "faster")
 
 
 def _ratio(ours: float, theirs: float) -> float:

@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import psycopg
-from _common import peak_rss_mb, print_table
+from _common import peak_rss_mb, print_table, readme
 
 import dpsql
 from dpsql.server import auth
@@ -236,6 +236,9 @@ def main() -> None:
     print(f"{args.queries} distinct DP queries, one connection; throughput: {args.clients} "
           f"clients, median of {args.rounds} rounds of {per_round} queries; data: {data}")
     print_table(rows, as_json=args.json)
+    if not args.json:
+        readme(f"{data}: p50 {rows[1]['p50_ms']:.1f} vs {rows[0]['p50_ms']:.1f} ms; "
+               f"{args.clients} clients {rows[1][qps]:.0f} vs {rows[0][qps]:.0f} queries/s")
 
 
 if __name__ == "__main__":

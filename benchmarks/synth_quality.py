@@ -34,7 +34,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import adult10_policy, peak_rss_mb, print_table, shared_data
+from _common import adult10_policy, peak_rss_mb, print_table, readme, shared_data
 
 import dpsql
 from dpsql import synth
@@ -157,6 +157,16 @@ def main() -> None:
         print(f"\n{args.seeds} seeds each; zCDP at delta={DELTA:g}; workload error = mean over "
               "2-way marginals of half the L1 distance; median d over all 1- and 2-way cells; "
               f"peak memory {peak_rss_mb():.0f} MB")
+        for dataset in args.datasets.split(","):
+            readme_line(rows, dataset, "1" if 1.0 in epsilons else f"{epsilons[0]:g}")
+
+
+def readme_line(rows: list[dict[str, Any]], dataset: str, epsilon: str) -> None:
+    """The README's figure: each synthesizer's 2-way workload error at one epsilon."""
+    scored = [r for r in rows if r["dataset"] == dataset and r["epsilon"] in (epsilon, "-")
+              and r["workload_error"] != "-"]
+    readme(f"{dataset}, eps {epsilon}: " + ", ".join(
+        f"`{r['synthesizer']}` {r['workload_error']:.3f}" for r in scored))
 
 
 def _row(dataset: str, name: str, epsilon: float | None, results: list[dict[str, Any]]

@@ -1,0 +1,37 @@
+"""Every figure in the README's "Measured" table names its conditions and a script that
+prints it on a ``README:`` line, so that a re-run can be compared with the table."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measured_rows() -> list[list[str]]:
+    """The cells of each row of the README's "Measured" table (header and rule left out)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Measured\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
+
+
+def calls_readme(script: Path) -> bool:
+    tree = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+               and node.func.id == "readme" for node in ast.walk(tree))
+
+
+def test_each_figure_has_conditions_and_a_script_that_prints_it() -> None:
+    rows = measured_rows()
+    assert len(rows) >= 10
+    for what, figure, script, conditions in rows:
+        name = re.fullmatch(r"`([\w.]+\.py)`", script)
+        assert name, f"{what}: the script cell {script!r} names no script"
+        path = ROOT / "benchmarks" / name[1]
+        assert path.is_file(), f"{what}: {path} does not exist"
+        assert calls_readme(path), f"{what}: {path.name} prints no README: line"
+        assert figure, f"{what}: no figure"
+        assert conditions, f"{what}: no conditions"
