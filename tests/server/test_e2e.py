@@ -204,3 +204,20 @@ def test_psql_free_path_reaches_nothing_private(served):
     everything = done.stdout + done.stderr
     assert "SCRAM-SHA-256" not in everything
     assert not re.search(r"[0-9a-f]{64}", everything)  # the store secret's form
+
+
+def test_psql_error_oracle_is_refused_before_any_charge(served):
+    """Literal arithmetic that overflows is refused at plan time, whatever the rows hold."""
+    show = "SHOW dpsql.budget;\n"
+    done = _psql(served, "erin", show + "SELECT count(*) FROM adult WHERE age > 30 AND "
+                 "sex < 9223372036854775807 + 1;\n"
+                 "SELECT count(*) FROM adult WHERE age > 200 AND "
+                 "sex < 9223372036854775807 + 1;\n" + show)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR:")]
+    assert len(errors) == 2, done.stderr
+    where = re.compile(r"\(line \d+, column \d+\)")
+    assert where.sub("", errors[0]) == where.sub("", errors[1])  # whether rows match or not
+    assert errors[0].startswith("ERROR:  42000")
+    before, after = done.stdout.split("(1 row)")[:2]
+    assert "spent" in before
+    assert before.strip() == after.strip()  # nothing was charged
