@@ -225,17 +225,24 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
         raise ReleaseError(f"release {name!r} has copies 1 to {copies}; got --copy {chosen}")
     table = f"released.{quote(check_identifier(name, 'release name'))}"
     where = f" WHERE {COPY_COLUMN} = {int(chosen)}" if has_copy_column and chosen else ""
-    # Audited before the real rows are read, so even a crash leaves a trace.
-    session.ledger.record(session.user, dataset.name, f"evaluate {name}", "evaluated",
-                          "not DP: fidelity computed from the real data", action="evaluate")
-    cursor = store.cursor()
-    names = list(domain.names)
-    synthetic = fetch_codes(cursor, domain.encode_decoded_sql(f"(SELECT * FROM {table}{where})"),
-                            names)
-    true = fetch_codes(cursor, domain.encode_sql(bounded_sql(dataset, store.secret)), names)
-    sizes = list(domain.shape)
-    true_tables, synthetic_tables = crosstabs(true, sizes), crosstabs(synthetic, sizes)
-    result = Evaluation(name, record, domain, chosen, compare(true_tables, synthetic_tables),
-                        bootstrap_ideal(true, sizes, np.random.default_rng(seed)), true_tables,
-                        synthetic_tables)
+    # Audited before the real rows are read, so even a crash leaves a trace; the outcome
+    # says whether the evaluation finished.
+    ledger = session.ledger
+    audit_id = ledger.record(session.user, dataset.name, f"evaluate {name}", "started",
+                             "not DP: fidelity computed from the real data", action="evaluate")
+    try:
+        cursor = store.cursor()
+        names = list(domain.names)
+        synthetic = fetch_codes(cursor, domain.encode_decoded_sql(
+            f"(SELECT * FROM {table}{where})"), names)
+        true = fetch_codes(cursor, domain.encode_sql(bounded_sql(dataset, store.secret)), names)
+        sizes = list(domain.shape)
+        true_tables, synthetic_tables = crosstabs(true, sizes), crosstabs(synthetic, sizes)
+        result = Evaluation(name, record, domain, chosen, compare(true_tables, synthetic_tables),
+                            bootstrap_ideal(true, sizes, np.random.default_rng(seed)),
+                            true_tables, synthetic_tables)
+    except BaseException as err:
+        ledger.finish(audit_id, "failed", f"not DP: the evaluation failed ({type(err).__name__})")
+        raise
+    ledger.finish(audit_id, "evaluated")
     return result

@@ -136,3 +136,18 @@ def test_report_writes_html_and_figures(evaluated_store, tmp_path):
     assert page.count("data:image/png;base64,") == 3
     assert "bootstrap ideal" in page
     assert "workload error" in page
+
+
+def test_a_failed_evaluation_is_audited_as_failed(evaluated_store, monkeypatch):
+    from dpsql.analysis import fidelity
+
+    def broken(*args, **kwargs):
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(fidelity, "bootstrap_ideal", broken)
+    with dpsql.connect(evaluated_store, "admin") as admin:
+        with pytest.raises(MemoryError):
+            evaluate_release(admin, "good", seed=3)
+        audit = admin.audit(last=1)[0]
+    assert (audit["action"], audit["outcome"]) == ("evaluate", "failed")
+    assert "MemoryError" in audit["reason"]
