@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -421,10 +422,14 @@ class RowChecker:
 
     def _escape(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
         char = node.expression
+        # DuckDB takes one byte and checks the pattern per row. A punctuation mark is the
+        # same after ILIKE lowercases pattern and escape (no character lowercases to one),
+        # so the check of a trailing escape below holds for LIKE and ILIKE alike; a letter
+        # would not ('Q' ends 'abcq' once lowercased, and so does the Kelvin sign 'K').
         if not (isinstance(char, exp.Literal) and char.is_string and len(char.this) == 1
-                and char.this.isascii()):  # DuckDB takes one byte, and checks it per row
-            raise reject(self.source, "ESCAPE takes one quoted ASCII character", node,
-                         construct="ESCAPE", advice="write LIKE 'a!%%' ESCAPE '!'")
+                and char.this in string.punctuation):
+            raise reject(self.source, "ESCAPE takes one quoted ASCII punctuation character",
+                         node, construct="ESCAPE", advice="write LIKE 'a!%%' ESCAPE '!'")
         if not isinstance(node.this, (exp.Like, exp.ILike)):
             raise self._refuse(node)
         return self._like(node.this, exp.Literal.string(char.this))

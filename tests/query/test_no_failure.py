@@ -17,11 +17,14 @@ that from happening, each tested here:
 
 from __future__ import annotations
 
+import itertools
 import logging
+import string
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from pathlib import Path
 
+import duckdb
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -32,7 +35,7 @@ from dpsql.query import cache
 from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
 from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
 from dpsql.query.planner import plan_query
-from dpsql.query.predicates import Folder, RowChecker
+from dpsql.query.predicates import Folder, RowChecker, _ends_with_escape
 from dpsql.query.render import Context, to_sql
 from dpsql.query.statement import QueryStatement, classify
 from dpsql.session import Session
@@ -401,3 +404,40 @@ def test_a_declared_value_the_column_type_cannot_hold_matches_no_row(tmp_path: P
         table = session.sql("SELECT ti, COUNT(*) AS n FROM t GROUP BY ti").table
     assert dict(zip(table.column("ti").to_pylist(), table.column("n").to_pylist(),
                     strict=True)) == {1: 1, 300: 0, -5: 2}
+
+
+# -- LIKE and ILIKE escapes --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT COUNT(*) FROM t WHERE s ILIKE 'aq' ESCAPE 'Q'",  # ILIKE lowers both: 'aq' ends in q
+    "SELECT COUNT(*) FROM t WHERE s ILIKE 'a\u212a' ESCAPE 'k'",  # the Kelvin sign lowers to k
+    "SELECT COUNT(*) FROM t WHERE s ILIKE 'a\u0130' ESCAPE 'i'",
+    "SELECT COUNT(*) FROM t WHERE s LIKE 'ba' ESCAPE 'a'",
+])
+def test_a_letter_cannot_escape_a_like_pattern(sessions: dict[str, Session], sql: str) -> None:
+    """An attacker's review found ILIKE ... ESCAPE 'Q' failing after the charge on a match."""
+    assert same_everywhere(sessions, sql).startswith(
+        "refused: ESCAPE takes one quoted ASCII punctuation character")
+
+
+def test_every_short_pattern_with_an_accepted_escape_runs_on_any_string() -> None:
+    """Exhaustive over short patterns: what the planner lets through never fails a row."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE v AS SELECT unnest(?) AS s",
+                [["abc", "ABC", "q", "Q", "k", "K", "\u212a", "\u0130", "i", "!", "a!", "", "%",
+                  "_", "\\", "a\\", "ä😀\u202e\u0301"]])
+    alphabet = ["a", "q", "Q", "K", "\u212a", "\u0130", "%", "_"]
+    failures = []
+    for escape in ("!", "\\", "#", "%", "_", "'"):
+        for n in range(1, 4):
+            for letters in itertools.product([*alphabet, escape], repeat=n):
+                pattern = "".join(letters)
+                if escape in string.punctuation and not _ends_with_escape(pattern, escape):
+                    for op in ("LIKE", "ILIKE"):
+                        try:
+                            con.execute(f"SELECT count(*) FROM v WHERE s {op} ? ESCAPE ?",
+                                        [pattern, escape]).fetchall()
+                        except duckdb.Error as err:
+                            failures.append((op, pattern, escape, str(err)))
+    assert not failures
