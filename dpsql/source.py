@@ -41,14 +41,20 @@ def row_key_sql(dataset: Dataset, secret: str) -> str:
 
 
 def bounded_sql(dataset: Dataset, secret: str) -> str:
-    """A subquery (parenthesized, aliased ``_src``) over the dataset's bounded rows."""
+    """A subquery (parenthesized, aliased ``_src``) over the dataset's bounded rows.
+
+    Rows whose privacy unit is NULL are left out: nothing says whose they are, and
+    bounding them together as one unit would let a person with a NULL unit displace
+    another's kept row (an L1 change of 2 ``max_rows`` where the proof claims one).
+    """
     table = f"main.{quote(check_identifier(dataset.table, 'table'))}"
     if dataset.privacy_unit is None:
         return f"(SELECT * FROM {table}) AS _src"
     unit = quote(dataset.privacy_unit)
     ranked = (
         f"SELECT *, row_number() OVER (PARTITION BY {unit} "
-        f"ORDER BY {row_key_sql(dataset, secret)}) AS _dpsql_rank FROM {table}"
+        f"ORDER BY {row_key_sql(dataset, secret)}) AS _dpsql_rank FROM {table} "
+        f"WHERE {unit} IS NOT NULL"
     )
     return (f"(SELECT * EXCLUDE (_dpsql_rank) FROM ({ranked}) "
             f"WHERE _dpsql_rank <= {int(dataset.max_rows)}) AS _src")

@@ -96,3 +96,19 @@ def test_the_choice_depends_on_the_secret(store: Store) -> None:
     dataset = store.active_policy().dataset("t")
     vectors = {tuple(_bounded_counts(store, dataset, s)) for s in ("0" * 64, "1" * 64, "2" * 64)}
     assert len(vectors) > 1
+
+
+def test_rows_without_a_unit_are_never_used(store: Store) -> None:
+    """NULL units bounded together would let one such row displace another's kept row."""
+    dataset = store.active_policy().dataset("t")
+    secret = "5ec2e7" * 10 + "beef"
+    with store.transaction() as cur:
+        cur.execute("INSERT INTO main.t_all VALUES (1000, NULL, 'a', 0), (1001, NULL, 'b', 0.5), "
+                    "(1002, NULL, 'c', 1), (1003, NULL, 'd', 0), (1004, NULL, 'e', 1)")
+    _reimport_without(store, -1)
+    full = _bounded_counts(store, dataset, secret)
+    for pos in range(1000, 1005):
+        with store.transaction() as cur:
+            cur.execute("CREATE OR REPLACE TABLE main.t AS SELECT * FROM main.t_all "
+                        "WHERE pos <> ? ORDER BY pos", [pos])
+        assert (_bounded_counts(store, dataset, secret) == full).all()
