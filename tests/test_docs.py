@@ -49,7 +49,7 @@ FENCE = re.compile(r"^```(.*)$")
 ILLUSTRATIVE = re.compile(r"^<!-- illustrative: \S.* -->$")
 SHELLS = {"sh", "bash", "console", "shell"}
 RUN = {"python", "sql", "yaml", *SHELLS}
-SLOW = re.compile(r"--synth (napsu_mq|modp)\b|synthesizer=\"(napsu_mq|modp)\"|get\(\"(napsu_mq|modp)\"")
+SLOW = re.compile(r"--synth (napsu_mq|modp)\b|synthesizer=\"(napsu_mq|modp)\"|get\(\"modp\"")
 CODE_START = re.compile(r"^(dpsql |import |from \S+ import |SELECT |with dpsql)")
 ADULT_INIT = ("dpsql init adult.duckdb --policy policies/adult.yaml "
               "--import adult=dpsql/data/adult_sample.csv")
@@ -165,7 +165,8 @@ class Checkout:
                                            start_new_session=True)
         deadline = time.monotonic() + 60
         while not (found := re.search(r"listening on [\d.]+:(\d+)", log.read_text())):
-            assert self.server.poll() is None and time.monotonic() < deadline, log.read_text()
+            assert self.server.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
         self.port = int(found.group(1))
 
@@ -211,7 +212,8 @@ def checkouts(tmp_path_factory):
     def upto(block: Block) -> Checkout:
         if block.doc not in made:
             where = tmp_path_factory.mktemp(block.doc.stem)
-            made[block.doc] = Checkout(block.doc, where), [b for b in RUNNABLE if b.doc == block.doc]
+            runnable = [b for b in RUNNABLE if b.doc == block.doc]
+            made[block.doc] = Checkout(block.doc, where), runnable
         checkout, runnable = made[block.doc]
         while runnable[checkout.done] != block:
             checkout.done += 1
