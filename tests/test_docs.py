@@ -236,6 +236,7 @@ def test_snippet_runs(block: Block, checkouts) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT)  # the NUTS quick start of docs/napsu_mq.md runs past 10 minutes
 @pytest.mark.parametrize("block", [b for b in RUNNABLE if b.slow], ids=lambda b: b.name)
 def test_slow_snippet_runs(block: Block, checkouts) -> None:
     _run(block, checkouts)
