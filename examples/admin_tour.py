@@ -34,14 +34,14 @@ def main() -> None:
             try:
                 while True:
                     charge = ledger.charge("bob", "adult", cost, "example charge")
-                    left = charge.remaining.describe(bob.policy.delta, budget=True)
+                    left = charge.remaining.describe(bob.policy.delta, rounding="down")
                     print("charged; left:", left)
             except BudgetExceeded as err:
                 print("refused:", err)
 
         with dpsql.connect(path, "admin") as admin:
             standing = admin.grant("bob", "adult", epsilon=1)
-            left = standing.remaining.describe(admin.policy.delta, budget=True)
+            left = standing.remaining.describe(admin.policy.delta, rounding="down")
             print("after grant bob has", left)
             for entry in admin.audit(last=4):
                 print(entry["id"], entry["user"], entry["action"], entry["outcome"])

@@ -48,7 +48,7 @@ def main() -> None:
             more = admin.release_more("adult_joint", 2, seed=3)  # from the stored DP state
             print(f"{more.table}: now {more.record['copies']} copies, no budget spent")
             print("admin's budget left:", admin.budget()[0].remaining.describe(
-                admin.policy.delta, budget=True))
+                admin.policy.delta, rounding="down"))
 
         with dpsql.connect(path, "alice") as alice:  # analysts read released.* for free
             cur = alice.store.cursor()
