@@ -20,6 +20,7 @@ all.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import threading
@@ -39,8 +40,17 @@ SCHEMA = "released"
 #: no variable of a calling frame is reachable from analyst SQL; and a free query
 #: that tries to use the whole machine (a many-way self-join) hits a memory and
 #: spill limit instead (the server's statement timeout bounds its time).
+def _quarter_of_memory() -> str:
+    """A quarter of the machine's memory, as DuckDB reads a size (it takes no percentage)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf on this platform
+        return "4GiB"
+    return f"{max(total // 4 // 2**20, 256)}MiB"
+
+
 FREE_CONFIG = {**HARDENED_CONFIG, "python_enable_replacements": False,
-               "memory_limit": "25%", "max_temp_directory_size": "4GB"}
+               "memory_limit": _quarter_of_memory(), "max_temp_directory_size": "4GB"}
 
 _SIGNATURE = (
     "SELECT t.table_name, t.column_count, t.estimated_size, r.release_id, md5(r.record) "
