@@ -17,10 +17,11 @@ from dpsql.errors import AccessDenied, ConfigurationError
 from dpsql.interrupt import Interrupter
 from dpsql.ledger import Budget, Ledger
 from dpsql.policy import Dataset, Policy, User
-from dpsql.privacy import Number, PrivacyCost, budget_cost
+from dpsql.privacy import Number, PrivacyCost
 from dpsql.store import Store, check_identifier
 
 if TYPE_CHECKING:
+    from dpsql.context import Context
     from dpsql.outside import Handling, Outside
     from dpsql.progress import Progress
     from dpsql.query.answer import Answer
@@ -68,11 +69,18 @@ class Session:
         """The ledger under the active policy."""
         return Ledger(self.store, self.policy)
 
+    def context(self) -> Context:
+        """A request's fixed view: this user, the policy and options in force now."""
+        from types import MappingProxyType
+
+        from dpsql.context import Context
+
+        return Context(self.store, self.policy, self.user, MappingProxyType(dict(self.options)),
+                       self.interrupts)
+
     def require_admin(self, action: str) -> None:
         """Raise AccessDenied unless this session's user is an administrator."""
-        if not self.is_admin:
-            raise AccessDenied(f"{self.user} is an analyst and cannot {action}; ask an "
-                               "administrator")
+        self.context().require_admin(action)
 
     def cost(self, *, epsilon: Number | None = None, delta: Number | None = None,
              rho: Number | None = None) -> PrivacyCost:
@@ -80,10 +88,7 @@ class Session:
 
         Delta defaults to the policy's.
         """
-        policy = self.policy
-        if epsilon is not None and delta is None and policy.accounting == "zcdp":
-            delta = policy.delta
-        return budget_cost(policy.accounting, epsilon=epsilon, delta=delta, rho=rho)
+        return self.context().cost(epsilon=epsilon, delta=delta, rho=rho)
 
     # -- budgets ----------------------------------------------------------------------
     def budget(self, user: str | None = None) -> list[Budget]:
