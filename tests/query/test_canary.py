@@ -13,6 +13,9 @@ overload with every attack string).
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -50,11 +53,20 @@ def _charges(session: Session) -> int:
     return int(row[0])
 
 
+# A query still running after this many seconds is interrupted (as a statement timeout
+# would) and its reply, QueryCanceled, is checked like any other: a generated call such
+# as range(1e18) must not stall the suite.
+WATCHDOG_S = 10.0
+
+
 def ask_session(session: Session) -> Callable[[str], Reply]:
     """Ask through ``Session.sql``; the reply holds everything the analyst is shown."""
 
     def ask(query: str) -> Reply:
         before = _charges(session)
+        watchdog = threading.Timer(WATCHDOG_S, session.interrupt)
+        watchdog.start()
+        started = time.monotonic()
         try:
             answer = session.sql(query)
             values: tuple[object, ...] = (
@@ -65,6 +77,11 @@ def ask_session(session: Session) -> Callable[[str], Reply]:
             values, kind = (str(err), err.sqlstate, err.code, *vars(err).values()), "refused"
         except Exception as err:  # not a DPSQLError: a bug, but what does it show?
             values, kind = (type(err).__name__, str(err)), "crashed"
+        finally:
+            watchdog.cancel()
+            took = time.monotonic() - started
+            if took > WATCHDOG_S / 2:
+                print(f"canary: {took:.1f} s for {query[:200]}", file=sys.stderr)
         return Reply(values, kind, _charges(session) != before)
 
     return ask
@@ -164,6 +181,7 @@ def test_isolation_alone_holds_without_the_validation(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # one test of ~64,000 queries: 7.5 min here on two cores
 def test_no_reply_leaks_thorough(analyst: Session, secrets: Secrets, canary_path: Path,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Every overload, with the validation removed: the isolated database alone must hold.
