@@ -146,7 +146,7 @@ def _plan(session: Session, dataset_name: str, synth_name: str, name: str,
             f"the policy does not allow synthesizer {synth_name!r} on dataset {ds.name!r} "
             f"(allowed: {allowed}); add it under datasets.{ds.name}.synthesizers and run "
             "dpsql policy apply")
-    dp = bool(getattr(synth, "is_dp", True))
+    dp = synth_base.declared_dp(synth, synth_name)  # fails closed: never assumed DP
     if not dp and not ds.allow_non_dp:
         raise ReleaseError(
             f"synthesizer {synth_name!r} is not differentially private; the policy must say "

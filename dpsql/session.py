@@ -196,18 +196,23 @@ class Session:
                 rho: Number | None = None, rows: int | None = None, copies: int = 1,
                 columns: Sequence[str] | None = None, seed: int | None = None,
                 replace: bool = False, progress: Progress | None = None,
-                **options: Any) -> Release:
+                options: Mapping[str, Any] | None = None, **synth_options: Any) -> Release:
         """Release a DP synthetic table ``released.<name>`` of ``dataset`` (admins only).
 
         Charges the ledger first, then fits, samples and writes the table with its
-        provenance in one transaction; ``options`` go to the synthesizer. See
-        :mod:`dpsql.release`.
+        provenance in one transaction. Synthesizer options come as keywords or as
+        ``options`` (a mapping, e.g. the CLI's ``--option k=v``), not both; one named
+        like a release parameter is refused. See :mod:`dpsql.release`.
         """
         from dpsql.release import release
 
+        if options and synth_options:
+            raise ConfigurationError("give synthesizer options as keywords or as options=, "
+                                     "not both")
         return release(self, dataset, synthesizer, name=name, epsilon=epsilon, delta=delta,
                        rho=rho, rows=rows, copies=copies, columns=columns, seed=seed,
-                       replace=replace, progress=progress, options=options)
+                       replace=replace, progress=progress,
+                       options=dict(options or synth_options))
 
     def release_more(self, name: str, copies: int, *, seed: int | None = None,
                      progress: Progress | None = None) -> Release:

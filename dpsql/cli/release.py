@@ -158,7 +158,8 @@ def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
             result = session.release(dataset, synthesizer=synthesizer, name=name,
                                      epsilon=epsilon, delta=delta, rho=rho, rows=rows,
                                      copies=copies, columns=_columns(columns), seed=seed,
-                                     replace=replace, progress=bar, **_options(options))
+                                     replace=replace, progress=bar,
+                                     options=_options(options))
         except KeyboardInterrupt:
             bar.close()
             last = session.audit(session.user, last=1)
@@ -256,7 +257,7 @@ def releases_synthesizers(as_json: bool) -> None:
     for name in synth.available():
         factory = synth.base._registry[name]
         doc = (factory.__doc__ or "").strip().splitlines()
-        rows.append({"name": name, "dp": bool(getattr(factory, "is_dp", True)),
+        rows.append({"name": name, "dp": synth.base.declared_dp(factory, name),
                      "output": getattr(factory, "output", "rows"),
                      "summary": doc[0] if doc else ""})
     if as_json:
