@@ -3,6 +3,8 @@ and the toy experiment's intervals cover (slow)."""
 
 from __future__ import annotations
 
+import warnings
+
 import duckdb
 import jax
 import numpy as np
@@ -257,7 +259,9 @@ def test_toy_rubin_intervals_cover(toy_domain: Domain) -> None:
 
     With true coverage 0.95 a repeat misses with probability 0.05; over 40
     repeats P(fewer than 32 hits) < 1e-3 (binomial), and a noise-unaware method
-    covers far less (see benchmarks/napsu_mq.py).
+    covers far less (see benchmarks/napsu_mq.py). Intervals flagged unreliable
+    (about one in five here: nu < 3 when b is close to u_bar) count like the others;
+    their RubinWarnings are recorded, not raised.
     """
     n = 2000
     rho = rho_from_epsilon_delta(1, 1 / n**2)
@@ -269,7 +273,9 @@ def test_toy_rubin_intervals_cover(toy_domain: Domain) -> None:
             toy_relation(rng, n), toy_domain, rho, rng)
         copies = pd.concat([fitted.sample(n, rng).to_pandas().assign(_copy=i)
                             for i in range(20)])
-        table = rubin.fit_formula(copies, "x3 ~ x1 + x2", "logit")
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always", rubin.RubinWarning)
+            table = rubin.fit_formula(copies, "x3 ~ x1 + x2", "logit")
         truth = np.array([1.0, 0.0])
         low = table.loc[["x1", "x2"], "ci_low"].to_numpy()
         high = table.loc[["x1", "x2"], "ci_high"].to_numpy()
