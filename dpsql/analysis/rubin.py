@@ -134,14 +134,14 @@ def _unreliable_reason(m: int, between: float, u_bar: float, dof: float, adjuste
     more = f"more copies (dpsql release-more, free; m = {m} now) make it firmer"
     if adjusted:
         return ("T <= 0: the copies vary less than their own variance estimates predict "
-                "((1 + 1/m) b <= u_bar); Reiter's T* = (n_syn/n) u_bar was used instead, "
-                f"which may be conservative; {more}")
+                "((1 + 1/m) b <= u_bar); Reiter's T* = (n_syn/n) u_bar was used instead; "
+                f"{more}")
     if dof < MIN_DOF:
-        return (f"df = {dof:.3g} < {MIN_DOF:g} (few copies, or (1 + 1/m) b close to u_bar): "
-                f"the interval's width is itself very uncertain; {more}")
+        return (f"df < {MIN_DOF:g}: nu = {dof:.3g} (few copies, or (1 + 1/m) b close to "
+                f"u_bar), so the interval's width is itself very uncertain; {more}")
     if between > DOMINANT_RATIO * u_bar:
-        return (f"the between-copy variance dominates ((1 + 1/m) b = {between / u_bar:.3g} "
-                "x u_bar): the interval rests on the synthesizer's model of the DP noise, "
+        return (f"the between-copy variance dominates: (1 + 1/m) b = {between / u_bar:.3g} "
+                "x u_bar; the interval rests on the synthesizer's model of the DP noise, "
                 "not on the data")
     return ""
 
