@@ -10,6 +10,7 @@ DuckDB, Arrow and the rest inside their commands, so ``--help`` and
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from typing import NoReturn
@@ -17,7 +18,7 @@ from typing import NoReturn
 import click
 
 from dpsql.cli import sigint
-from dpsql.cli.common import cli
+from dpsql.cli.common import Caller, cli
 from dpsql.errors import DPSQLError
 
 EXIT_OS_ERROR = 74  # sysexits' EX_IOERR
@@ -36,13 +37,30 @@ def _load_commands() -> None:
 
 
 def main() -> None:
-    """Entry point: run the CLI and map errors to messages and exit codes."""
+    """Entry point: run the CLI (through ``dpsql serve`` when it owns the store)."""
     sigint.install()
     _load_commands()
-    as_json = _wants_json(sys.argv[1:])
+    from dpsql.cli.forward import forward
+
+    code = forward(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    run(sys.argv[1:])
+
+
+def run(args: list[str], caller: Caller | None = None, width: int | None = None) -> None:
+    """Run the command line ``args``, mapping errors to messages and exit codes (SystemExit).
+
+    ``caller`` is the user a server runs it for (their directory and environment).
+    """
+    _load_commands()
+    as_json = _wants_json(args)
     try:
-        cli.main(standalone_mode=False)
+        cli.main(args=args, prog_name="dpsql", standalone_mode=False, obj=caller,
+                 terminal_width=width)
     except DPSQLError as err:
+        if caller is not None:
+            caller.error = err
         if sigint.seen():  # the failure Ctrl-C caused (a release stopped mid-way)
             _interrupted(str(err))
         _fail(err.code, str(err), err.exit_code, as_json)
@@ -115,8 +133,12 @@ def _fail(code: str, message: str, exit_code: int, as_json: bool) -> None:
 
 
 def _drop_stdout() -> None:
-    """Point stdout at /dev/null, so that what it still buffers cannot fail again at exit."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    """Point stdout at /dev/null, so that what it still buffers cannot fail again at exit.
+
+    A command that a server runs for a client has no descriptor of its own to drop.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "main", "run"]

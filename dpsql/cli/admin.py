@@ -7,7 +7,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
+from dpsql.cli.common import (
+    LocalPath,
+    as_option,
+    cli,
+    db_option,
+    default_actor,
+    json_option,
+    store_option,
+)
 from dpsql.cli.output import arrow_table, emit_json, heading, table
 from dpsql.draft import MAX_CATEGORIES
 from dpsql.errors import ConfigurationError
@@ -48,8 +56,8 @@ def _imports(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @cli.command("init")
-@click.argument("db", type=click.Path(dir_okay=False))
-@click.option("--policy", "policy_path", required=True, type=click.Path(exists=True,
+@click.argument("db", type=LocalPath(dir_okay=False))
+@click.option("--policy", "policy_path", required=True, type=LocalPath(exists=True,
               dir_okay=False), help="The policy YAML to apply first.")
 @click.option("--import", "imports", multiple=True, metavar="TABLE=FILE",
               help="Import a CSV or Parquet file as a sensitive table (repeatable).")
@@ -97,8 +105,8 @@ def policy() -> None:
 
 
 @policy.command("check")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--db", envvar="DPSQL_DB", default=None, type=click.Path(dir_okay=False),
+@click.argument("path", type=LocalPath(exists=True, dir_okay=False))
+@store_option("--db", default=None,
               help="Also check the policy against this store's tables and their rows "
                    "(administrators only; audited).")
 @outside_option
@@ -153,7 +161,7 @@ def _policy_summary(pol: Policy) -> dict[str, Any]:
 
 
 @policy.command("apply")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.argument("path", type=LocalPath(exists=True, dir_okay=False))
 @db_option
 @as_option
 @click.option("--yes", "-y", is_flag=True, help="Apply without asking for confirmation.")
@@ -203,8 +211,8 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, outside: Hand
 
 
 @policy.command("draft")
-@click.argument("file", required=False, type=click.Path(exists=True, dir_okay=False))
-@click.option("--db", envvar="DPSQL_DB", default=None, type=click.Path(dir_okay=False),
+@click.argument("file", required=False, type=LocalPath(exists=True, dir_okay=False))
+@store_option("--db", default=None,
               help="Draft from a table of this store instead of a file (with --table; "
                    "administrators only; audited).")
 @click.option("--table", default=None, help="The store's table to draft from (with --db).")
@@ -217,7 +225,7 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, outside: Hand
 @click.option("--max-categories", type=click.IntRange(min=1), default=MAX_CATEGORIES,
               show_default=True, help="List the values of text and integer columns with at "
                                       "most this many distinct values.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False), default=None,
+@click.option("--output", "-o", type=LocalPath(dir_okay=False), default=None,
               help="Write the draft to this file (default: standard output).")
 @as_option
 def policy_draft(file: str | None, db: str | None, table: str | None, dataset: str | None,

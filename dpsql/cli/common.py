@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
@@ -23,11 +25,74 @@ def cli() -> None:
     """
 
 
+@dataclass
+class Caller:
+    """Who runs a command in a process not their own (``dpsql serve`` running it for them).
+
+    Their working directory resolves relative paths and their environment gives
+    the options' defaults ($DPSQL_DB, $DPSQL_USER), so a command means the same
+    wherever it runs. A command run locally has no Caller: the process is theirs.
+    """
+
+    cwd: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    error: Exception | None = None  # the dpsql error that ended the command, if one did
+
+
+def _caller(ctx: click.Context | None = None) -> Caller | None:
+    ctx = ctx or click.get_current_context(silent=True)
+    return ctx.find_object(Caller) if ctx is not None else None
+
+
+def here(path: str, ctx: click.Context | None = None) -> str:
+    """``path`` as the caller means it: relative to their working directory (- stays -)."""
+    caller = _caller(ctx)
+    if caller is None or path == "-":
+        return path
+    return os.path.join(caller.cwd, os.path.expanduser(path))
+
+
+class CallerOption(click.Option):
+    """An option whose environment variable is read from the caller's environment."""
+
+    def resolve_envvar_value(self, ctx: click.Context) -> str | None:
+        """The variable's value where the caller runs the command."""
+        caller = _caller(ctx)
+        if caller is None or not isinstance(self.envvar, str):
+            return super().resolve_envvar_value(ctx)
+        return caller.env.get(self.envvar) or None
+
+
+class LocalPath(click.Path):
+    """A path relative to the caller's working directory."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """Resolve against the caller's directory, then check as click.Path does."""
+        return super().convert(here(value, ctx) if isinstance(value, str) else value,
+                               param, ctx)
+
+
+class LocalFile(click.File):
+    """A file (or - for standard input) relative to the caller's working directory."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        """Resolve against the caller's directory, then open as click.File does."""
+        return super().convert(here(value, ctx) if isinstance(value, str) else value,
+                               param, ctx)
+
+
+def store_option(*names: str, **attrs: Any) -> Callable[[F], F]:
+    """--db PATH (default $DPSQL_DB, the caller's): ``click.option`` with the caller's view."""
+    return click.option(*names, cls=CallerOption, envvar="DPSQL_DB", metavar="PATH",
+                        type=LocalPath(dir_okay=False, readable=False), **attrs)
+
+
 def db_option(f: F) -> F:
     """--db PATH, defaulting to $DPSQL_DB."""
-    return click.option(
-        "--db", "db", envvar="DPSQL_DB", required=True, metavar="PATH",
-        type=click.Path(dir_okay=False, readable=False),  # an unreadable store: exit 74
+    return store_option(
+        "--db", "db", required=True,  # readable=False: an unreadable store exits 74
         help="The store (a DuckDB file). Default: $DPSQL_DB.",
     )(f)
 
@@ -35,7 +100,7 @@ def db_option(f: F) -> F:
 def as_option(f: F) -> F:
     """--as USER: who acts (default $DPSQL_USER, else the policy's first admin)."""
     return click.option(
-        "--as", "actor", envvar="DPSQL_USER", metavar="USER", default=None,
+        "--as", "actor", cls=CallerOption, envvar="DPSQL_USER", metavar="USER", default=None,
         help="Act as this user (default: $DPSQL_USER, else the policy's first admin).",
     )(f)
 

@@ -12,7 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from dpsql.cli import sigint
-from dpsql.cli.common import cli, db_option, json_option
+from dpsql.cli.common import CallerOption, LocalFile, cli, db_option, json_option
 from dpsql.cli.complete import Completer
 from dpsql.cli.output import arrow_table, emit_json
 from dpsql.errors import ConfigurationError, DPSQLError, QueryRejected
@@ -42,8 +42,9 @@ _SHORTCUTS = {"\\budget": "SHOW dpsql.budget", "\\datasets": "SHOW dpsql.dataset
 
 def user_option(f: Any) -> Any:
     """--user U: who asks (default: $DPSQL_USER)."""
-    return click.option("--user", "-u", "user", envvar="DPSQL_USER", required=True,
-                        metavar="USER", help="Ask as this user (default: $DPSQL_USER).")(f)
+    return click.option("--user", "-u", "user", cls=CallerOption, envvar="DPSQL_USER",
+                        required=True, metavar="USER",
+                        help="Ask as this user (default: $DPSQL_USER).")(f)
 
 
 def render(answer: Any) -> str:
@@ -89,7 +90,7 @@ def output_format(fmt: str | None, as_json: bool) -> str:
 
 @cli.command("query")
 @click.argument("sql", required=False)
-@click.option("-f", "--file", "script", type=click.File("r", encoding="utf-8",
+@click.option("-f", "--file", "script", type=LocalFile("r", encoding="utf-8",
               errors="surrogateescape"), default=None, metavar="FILE",
               help="Answer the statements of FILE in order (- reads standard input).")
 @db_option

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dpsql.cli import sigint
-from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
+from dpsql.cli.common import (
+    LocalPath,
+    as_option,
+    cli,
+    db_option,
+    default_actor,
+    here,
+    json_option,
+)
 from dpsql.cli.output import emit_json, heading, table
 from dpsql.errors import ConfigurationError
 
@@ -342,7 +350,7 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
 
 @cli.command("export")
 @click.argument("name")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=LocalPath(dir_okay=False))
 @db_option
 @as_option
 @json_option
@@ -368,7 +376,7 @@ def export_cmd(name: str, out: str, db: str, actor: str | None, as_json: bool) -
 @click.argument("name")
 @click.option("--copy", "copy_number", type=int, default=None,
               help="Which synthetic copy to score (default: the first).")
-@click.option("--out", type=click.Path(file_okay=False), default=None,
+@click.option("--out", type=LocalPath(file_okay=False), default=None,
               help="Directory for report.html and its PNG figures (default: NAME_report).")
 @click.option("--no-report", is_flag=True, help="Print the table only; write no HTML report.")
 @click.option("--seed", type=int, default=0, show_default=True,
@@ -391,7 +399,7 @@ def evaluate_cmd(name: str, copy_number: int | None, out: str | None, no_report:
 
     with connect(db, default_actor(actor, db)) as session:
         evaluation = evaluate_release(session, name, copy=copy_number, seed=seed)
-    paths = {} if no_report else write_report(evaluation, Path(out or f"{name}_report"))
+    paths = {} if no_report else write_report(evaluation, Path(here(out or f"{name}_report")))
     if as_json:
         emit_json({**evaluation.as_dict(), "report": str(paths["html"]) if paths else None})
         return

@@ -2,7 +2,8 @@
 
 One process serves one store. The store (and its DuckDB write lock) is opened
 once and shared; each client connection gets its own :class:`~dpsql.Session`
-and runs its statements on a shared thread pool.
+and runs its statements on a shared thread pool. ``dpsql`` commands on the
+store come in through the admin channel (:mod:`dpsql.server.admin`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
+from dpsql.server.admin import AdminChannel
 from dpsql.server.auth import LoginBackoff
 from dpsql.server.catalog import CatalogSource
 from dpsql.server.connection import Connection
@@ -74,6 +76,7 @@ class Server:
                                            thread_name_prefix="dpsql-serve")
         self.tls_context = _tls_context(config)
         self.store: Store = Store.open(config.db)
+        self.admin = AdminChannel(config.db)
         self.catalog = CatalogSource(self.store)
         self._connections: dict[int, Connection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -126,6 +129,7 @@ class Server:
     async def start(self) -> None:
         """Start listening (``port`` 0 picks a free port, then stored in ``self.port``)."""
         host, port = self.config.host, self.config.port
+        self.admin.start()
         try:
             self._server = await asyncio.start_server(self._accept, host, port, limit=1 << 16)
         except OSError as err:
@@ -157,6 +161,7 @@ class Server:
         Returns False when statements were still running after ``grace`` seconds; the
         store is then left open (a worker still uses it) and the caller should exit.
         """
+        self.admin.stop()
         if self._server is not None:
             self._server.close()
         for connection in list(self._connections.values()):
