@@ -328,7 +328,6 @@ class AdminChannel:
 
     def _run(self, conn: socket.socket, request: dict[str, Any]) -> int:
         """Run a forwarded command in this thread; its exit code."""
-        from dpsql.cli import run
         from dpsql.cli.common import Caller
 
         argv = [str(a) for a in request.get("argv", [])]
@@ -337,24 +336,34 @@ class AdminChannel:
             send(conn, {"err": f"error: {refusal}\n"})
             return StoreError.exit_code
         env = {k: str(v) for k, v in dict(request.get("env", {})).items() if k in FORWARDED_ENV}
-        caller = Caller(cwd=str(request.get("cwd", "/")), env=env)
         client = Client(conn, list(request.get("tty", [False, False, False])))
         threading.Thread(target=client.listen, name="dpsql-admin-input", daemon=True).start()
-        _clients[client.thread] = client
         log.info("admin channel: dpsql %s", " ".join(argv[:2]))
+        return run_for(client, argv, Caller(cwd=str(request.get("cwd", "/")), env=env),
+                       request.get("width"))
+
+
+def run_for(client: Any, argv: list[str], caller: Any, width: int | None = None) -> int:
+    """Run the command line ``argv`` in this thread, its streams routed to ``client``.
+
+    ``client`` is a :class:`Client` or anything with its ``write``, ``read``,
+    ``tty`` and ``finish``. Returns the exit code.
+    """
+    from dpsql.cli import run
+
+    _route_streams()
+    _clients[threading.get_ident()] = client
+    try:
         try:
-            try:
-                run(argv, caller, width=request.get("width"))
-                code = 0
-            except SystemExit as done:
-                code = done.code if isinstance(done.code, int) else (0 if done.code is None
-                                                                     else 1)
-            finally:
-                client.finish()
-                _clients.pop(client.thread, None)
-        except KeyboardInterrupt:  # a cancel that landed after the command's own handling
-            code = 130
-        return code
+            run(argv, caller, width=width)
+            return 0
+        except SystemExit as done:
+            return done.code if isinstance(done.code, int) else int(done.code is not None)
+        finally:
+            client.finish()
+            del _clients[threading.get_ident()]
+    except KeyboardInterrupt:  # a cancel that landed after the command's own handling
+        return 130
 
 
 def connect(db: str | Path) -> socket.socket | None:

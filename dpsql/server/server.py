@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
+from dpsql.server import procedure
 from dpsql.server.admin import AdminChannel
 from dpsql.server.auth import LoginBackoff
 from dpsql.server.catalog import CatalogSource
@@ -58,7 +59,7 @@ class ServerConfig:
 
 
 def _default_handler(session: Session) -> StatementHandler:
-    return session.sql
+    return procedure.handler(session)  # CALL dpsql(...) for admins, the rest to session.sql
 
 
 class Server:

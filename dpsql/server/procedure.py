@@ -1,0 +1,145 @@
+"""``CALL dpsql('budget grant alice adult --epsilon 0.5')``: dpsql commands for SQL admins.
+
+An administrator logged in with psql or DBeaver runs the same click commands as
+the ``dpsql`` CLI, in the server, as themselves, on the served store: ``--as``,
+``--user`` and ``--db`` are theirs to give, not the caller's. Analysts are
+refused (AccessDenied, SQLSTATE 42501). Every CALL is audited (action
+``admin_call``) besides what the command itself audits. The result has one text
+column ``dpsql``, a row per output line; with ``--json`` a list of records
+comes back as a table (one text column per key). What the command writes to
+stderr comes as NOTICEs; a failed command is an error with its SQLSTATE.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from dpsql.errors import AccessDenied, ConfigurationError, DPSQLError
+from dpsql.server.admin import NOT_FORWARDED, run_for
+from dpsql.server.router import StatementHandler
+from dpsql.server.sqltext import strip_comments
+from dpsql.session import Session
+
+_CALL = re.compile(r"^\s*CALL\s+dpsql\s*\(\s*'((?:[^']|'')*)'\s*\)\s*;?\s*$", re.I | re.S)
+_ACTING = {"--db", "--as", "--user"}  # the options a CALL may not set
+
+
+@dataclass
+class Collector:
+    """The "terminal" of a CALL: keeps what the command writes; it reads no input."""
+
+    out: list[str] = field(default_factory=list)
+    err: list[str] = field(default_factory=list)
+    tty: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(("in", "out", "err"),
+                                                                       False))
+
+    def write(self, message: dict[str, Any]) -> None:
+        """Keep output (a read request has no one to answer it)."""
+        self.out.append(message.get("out", ""))
+        self.err.append(message.get("err", ""))
+
+    def read(self, kind: str, prompt: str = "") -> str:
+        """No input over SQL: the end of input."""
+        return ""
+
+    def finish(self) -> None:
+        """Nothing to release."""
+
+
+@dataclass(frozen=True)
+class CallAnswer:
+    """A CALL's result as the router sends it."""
+
+    table: pa.Table | None
+    notice: str | None
+    status: str = "CALL"
+
+
+def handler(session: Session) -> StatementHandler:
+    """The statement handler of a connection: CALL dpsql(...) here, the rest to the session."""
+    def handle(text: str) -> Any:
+        match = _CALL.match(strip_comments(text))
+        if match is None:
+            return session.sql(text)
+        return call(session, match.group(1).replace("''", "'"))
+
+    return handle
+
+
+def call(session: Session, command: str) -> CallAnswer:
+    """Run the dpsql command line ``command`` as the session's admin; audited."""
+    from dpsql.cli.common import Caller
+
+    statement = f"CALL dpsql('{command}')"
+    ledger = session.ledger
+    if not session.is_admin:
+        ledger.record(session.user, None, statement, "refused", "not an administrator",
+                      action="admin_call")
+        raise AccessDenied(f"{session.user} is an analyst; CALL dpsql(...) runs administrator "
+                           "commands; ask an administrator")
+    args = _arguments(command)
+    caller = Caller(cwd=str(session.store.path.parent),
+                    env={"DPSQL_DB": str(session.store.path), "DPSQL_USER": session.user})
+    collector = Collector()
+    code = run_for(collector, args, caller)
+    out, err = "".join(collector.out), "".join(collector.err)
+    ledger.record(session.user, None, statement, "done" if code == 0 else "failed",
+                  None if code == 0 else (err.strip().splitlines() or ["failed"])[-1],
+                  action="admin_call")
+    if code != 0:
+        if isinstance(caller.error, DPSQLError):
+            raise caller.error
+        raise ConfigurationError(err.strip().removeprefix("error: ") or
+                                 f"dpsql {command} failed (exit code {code})")
+    return CallAnswer(_table(out, "--json" in args), err.strip() or None)
+
+
+def _arguments(command: str) -> list[str]:
+    """The command line, refused when it names the store or the acting user."""
+    from click.core import ParameterSource
+
+    from dpsql.cli.common import Caller
+    from dpsql.cli.forward import leaf_context
+
+    try:
+        args = shlex.split(command)
+    except ValueError as err:
+        raise ConfigurationError(f"CALL dpsql: cannot split {command!r}: {err}") from err
+    if args and args[0] in NOT_FORWARDED:
+        raise ConfigurationError(f"CALL dpsql: {NOT_FORWARDED[args[0]]}")
+    ctx = leaf_context(args, Caller(cwd="/"))
+    if ctx is not None:
+        with ctx:
+            given = [option for p in ctx.command.params for option in p.opts
+                     if option in _ACTING and p.name is not None
+                     and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+        if given:
+            raise ConfigurationError(f"CALL dpsql runs as you on the served store; drop "
+                                     f"{given[0]}")
+    return args
+
+
+def _table(out: str, as_json: bool) -> pa.Table:
+    """Output lines as a text column, or a JSON list of records as a table of text."""
+    if as_json:
+        try:
+            data = json.loads(out)
+        except ValueError:
+            data = None
+        if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
+            keys = list(dict.fromkeys(k for record in data for k in record))
+            return pa.table({k: pa.array([_text(r.get(k)) for r in data], pa.string())
+                             for k in keys})
+    return pa.table({"dpsql": pa.array(out.splitlines(), pa.string())})
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value)
