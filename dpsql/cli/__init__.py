@@ -39,23 +39,24 @@ def _load_commands() -> None:
 def main() -> None:
     """Entry point: run the CLI (through ``dpsql serve`` when it owns the store)."""
     sigint.install()
-    _load_commands()
-    from dpsql.cli.forward import forward
-
-    code = forward(sys.argv[1:])
-    if code is not None:
-        sys.exit(code)
     run(sys.argv[1:])
 
 
 def run(args: list[str], caller: Caller | None = None, width: int | None = None) -> None:
     """Run the command line ``args``, mapping errors to messages and exit codes (SystemExit).
 
-    ``caller`` is the user a server runs it for (their directory and environment).
+    ``caller`` is the user a server runs it for (their directory and environment);
+    without one, a command on a store that ``dpsql serve`` owns runs there.
     """
     _load_commands()
     as_json = _wants_json(args)
     try:
+        if caller is None:
+            from dpsql.cli.forward import forward
+
+            code = forward(args)
+            if code is not None:
+                sys.exit(code)
         cli.main(args=args, prog_name="dpsql", standalone_mode=False, obj=caller,
                  terminal_width=width)
     except DPSQLError as err:

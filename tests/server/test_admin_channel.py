@@ -1,0 +1,214 @@
+"""A served store stays administrable: dpsql commands go through the server's admin channel.
+
+A real `dpsql serve`, real `dpsql` CLI processes and real psql/psycopg clients.
+Each command here would fail with "open for writing by another process" if it
+opened the file itself, so its success shows it ran in the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dpsql.server.admin import socket_path
+
+from .conftest import ServerProcess, make_store, serve_args, start_server
+
+
+@pytest.fixture(scope="module")
+def runtime() -> Iterator[Path]:
+    """A short private runtime directory (Unix socket paths are limited to ~107 bytes)."""
+    base = Path(tempfile.mkdtemp(prefix="dpq", dir="/tmp"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_RUNTIME_DIR", str(base))
+        yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def store(runtime: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_store(tmp_path_factory.mktemp("admin") / "adult.duckdb")
+
+
+@pytest.fixture(scope="module")
+def served(store: Path) -> Iterator[ServerProcess]:
+    with start_server(serve_args(store)) as server:
+        yield server
+
+
+def dpsql(*args: str, cwd: Path | None = None, stdin: str | None = None,
+          **env: str) -> subprocess.CompletedProcess[str]:
+    """The dpsql CLI in its own process."""
+    return subprocess.run([sys.executable, "-m", "dpsql", *args], input=stdin, cwd=cwd,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env})
+
+
+def test_admin_commands_run_in_the_server(served, store):
+    grant = dpsql("budget", "grant", "frank", "adult", "--epsilon", "0.5", "--db", str(store))
+    assert grant.returncode == 0, grant.stderr
+    budgets = json.loads(dpsql("budget", "show", "--json", "--db", str(store)).stdout)
+    frank = next(b for b in budgets if b["user"] == "frank")
+    assert frank["granted"]["epsilon"] == "1.5"
+    audit = json.loads(dpsql("audit", "--json", "--db", str(store)).stdout)
+    assert any(r["action"] == "grant" and "frank" in r["statement"] for r in audit)
+    shown = dpsql("policy", "show", "--db", str(store))
+    assert shown.returncode == 0
+    assert "adult" in shown.stdout
+    releases = json.loads(dpsql("releases", "list", "--json", "--db", str(store)).stdout)
+    assert [r["name"] for r in releases] == ["adult_syn"]
+    assert any("admin channel: dpsql budget grant" in line for line in served.lines)
+
+
+def test_environment_and_working_directory_are_the_callers(served, store, tmp_path):
+    exported = dpsql("export", "adult_syn", "out.parquet", cwd=tmp_path, DPSQL_DB=str(store))
+    assert exported.returncode == 0, exported.stderr
+    assert (tmp_path / "out.parquet").stat().st_size > 0
+    as_analyst = dpsql("budget", "grant", "erin", "adult", "--epsilon", "1", "--db", str(store),
+                       DPSQL_USER="alice")
+    assert as_analyst.returncode == 6  # AccessDenied: $DPSQL_USER of the caller acted
+    assert "alice is an analyst" in as_analyst.stderr
+
+
+def test_a_new_password_works_at_once(served, store):
+    added = dpsql("user", "add", "erin", "--password-stdin", "--db", str(store),
+                  stdin="erin-new-secret\n")
+    assert added.returncode == 0, added.stderr
+    with psycopg.connect(served.dsn("erin", "erin-new-secret"), autocommit=True) as conn:
+        assert conn.execute("SHOW dpsql.budget").fetchall()
+
+
+def test_exit_codes_and_stderr_pass_through(served, store):
+    missing = dpsql("releases", "show", "nope", "--db", str(store))
+    assert (missing.returncode, missing.stdout) == (7, "")
+    assert missing.stderr.startswith("error: no release named 'nope'")
+    as_json = dpsql("releases", "show", "nope", "--json", "--db", str(store))
+    assert json.loads(as_json.stdout)["error"] == "release_error"
+
+
+def test_release_while_an_analyst_queries(served, store):
+    answers: list[int] = []
+    stop = threading.Event()
+
+    def analyst() -> None:
+        with psycopg.connect(served.dsn("carol"), autocommit=True) as conn:
+            while not stop.is_set():
+                conn.execute("SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.001) "
+                             "COUNT(*) FROM adult").fetchall()
+                answers.append(1)
+
+    worker = threading.Thread(target=analyst)
+    worker.start()
+    try:
+        released = dpsql("release", "adult", "--synth", "independent", "--epsilon", "0.5",
+                         "--rows", "100", "--columns", "age,sex", "--name", "via_channel",
+                         "--db", str(store))
+        during = len(answers)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        worker.join(timeout=60)
+    assert released.returncode == 0, released.stderr
+    assert "released released.via_channel" in released.stdout
+    assert during > 0
+    assert len(answers) > during
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM released.via_channel").fetchone() == (100,)
+
+
+def test_ctrl_c_cancels_the_command_in_the_server(served, store, tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text((store.parent / "server_policy.yaml").read_text()
+                      .replace("alice: {role: analyst, budgets: {adult: {epsilon: 5}}}",
+                               "alice: {role: analyst, budgets: {adult: {epsilon: 6}}}"))
+    before = dpsql("policy", "show", "--db", str(store)).stdout
+    client = subprocess.Popen([sys.executable, "-m", "dpsql", "policy", "apply", str(policy),
+                               "--db", str(store)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        time.sleep(3)  # the server waits for the confirmation the client never types
+        assert client.poll() is None
+        client.send_signal(signal.SIGINT)
+        _, err = client.communicate(timeout=30)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode in (1, 130), err  # aborted, as at a local prompt
+    assert dpsql("policy", "show", "--db", str(store)).stdout == before
+    assert dpsql("budget", "show", "--db", str(store)).returncode == 0  # the server goes on
+
+
+def test_a_second_server_is_refused(served, store):
+    second = dpsql("serve", "--db", str(store), "--port", "0")
+    assert second.returncode == 9
+    assert "dpsql serve already runs on this store" in second.stderr
+
+
+@pytest.mark.parametrize(("target", "mode"), [("directory", 0o755), ("socket", 0o660)])
+def test_a_channel_others_may_use_is_refused(served, store, target, mode):
+    path = socket_path(store)
+    assert path is not None
+    victim = path.parent if target == "directory" else path
+    original = victim.stat().st_mode & 0o777
+    victim.chmod(mode)
+    try:
+        refused = dpsql("budget", "show", "--db", str(store))
+    finally:
+        victim.chmod(original)
+    assert refused.returncode == 8
+    assert f"is not a private {target}" in refused.stderr
+    assert dpsql("budget", "show", "--db", str(store)).returncode == 0
+
+
+def test_admin_call_over_the_wire(served, store):
+    with psycopg.connect(served.dsn("admin"), autocommit=True) as conn:
+        lines = conn.execute("CALL dpsql('budget grant dave adult --epsilon 0.25')").fetchall()
+        assert lines[0] == ("granted epsilon=0.25 to dave on adult",)
+        budgets = conn.execute("CALL dpsql('budget show --json')")
+        columns = [c.name for c in budgets.description]
+        rows = [dict(zip(columns, r, strict=True)) for r in budgets.fetchall()]
+        assert json.loads(next(r for r in rows if r["user"] == "dave")["granted"])["epsilon"] \
+            == "1.25"
+        with pytest.raises(psycopg.Error) as wrong_user:
+            conn.execute("CALL dpsql('budget grant dave adult --epsilon 1 --as alice')")
+        assert "drop --as" in str(wrong_user.value)
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as conn, \
+            pytest.raises(psycopg.Error) as refused:
+        conn.execute("CALL dpsql('budget grant alice adult --epsilon 100')")
+    assert refused.value.sqlstate == "42501"
+    audit = json.loads(dpsql("audit", "--json", "--db", str(store)).stdout)
+    calls = [(r["user"], r["outcome"], r["statement"]) for r in audit
+             if r["action"] == "admin_call"]
+    assert ("admin", "done", "CALL dpsql('budget grant dave adult --epsilon 0.25')") in calls
+    assert ("alice", "refused", "CALL dpsql('budget grant alice adult --epsilon 100')") in calls
+    assert any(r["action"] == "grant" and "dave" in r["statement"] for r in audit)
+
+
+def test_a_stale_socket_is_ignored_and_replaced(runtime, tmp_path):
+    store = make_store(tmp_path / "stale.duckdb")
+    path = socket_path(store)
+    assert path is not None
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # bound, never listening: nobody answers
+    path.chmod(0o600)
+    assert dpsql("budget", "show", "--db", str(store)).returncode == 0  # opened locally
+    with start_server(serve_args(store)):
+        shown = dpsql("budget", "show", "--db", str(store))
+        assert shown.returncode == 0, shown.stderr
+    assert not path.exists()  # removed on shutdown
