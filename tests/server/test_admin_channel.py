@@ -7,14 +7,18 @@ opened the file itself, so its success shows it ran in the server.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +29,8 @@ import pytest
 
 from dpsql.server.admin import socket_path
 
-from .conftest import ServerProcess, make_store, serve_args, start_server
+from ..test_cli import _read_until
+from .conftest import SERVER_POLICY, ServerProcess, make_store, serve_args, start_server
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +155,39 @@ def test_ctrl_c_cancels_the_command_in_the_server(served, store, tmp_path):
     assert client.returncode in (1, 130), err  # aborted, as at a local prompt
     assert dpsql("policy", "show", "--db", str(store)).stdout == before
     assert dpsql("budget", "show", "--db", str(store)).returncode == 0  # the server goes on
+
+
+@pytest.mark.slow  # about 20 s: a store, a server and a NAPSU-MQ fit to stop
+def test_ctrl_c_stops_a_release_in_the_server_and_the_charge_stays(runtime, tmp_path):
+    policy = SERVER_POLICY.replace("accounting: pure", "accounting: zcdp\ndelta: 1.0e-6").replace(
+        "synthesizers: [independent]", "synthesizers: [independent, napsu_mq]")
+    store = make_store(tmp_path / "zcdp.duckdb", policy)
+    with start_server(serve_args(store)):
+        _interrupt_a_release(store)
+        audit = json.loads(dpsql("audit", "--json", "--db", str(store)).stdout)
+        assert dpsql("budget", "show", "--db", str(store)).returncode == 0  # the server goes on
+    last = [r for r in audit if r["action"] == "release"][-1]
+    assert (last["outcome"], last["cost"] is not None) == ("failed", True)  # charged, kept
+
+
+def _interrupt_a_release(store: Path) -> None:
+    terminal, stderr = pty.openpty()  # a terminal, so that the progress bar shows
+    fcntl.ioctl(stderr, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        with subprocess.Popen(
+                [sys.executable, "-m", "dpsql", "release", "adult", "--synth", "napsu_mq",
+                 "--epsilon", "0.5", "--columns", "age,sex,race,income_50k", "--name",
+                 "stopped", "--db", str(store)], stdout=subprocess.DEVNULL, stderr=stderr,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}) as release:
+            os.close(stderr)
+            shown = _read_until(terminal, b"fit")  # charged, fitting: a long stage
+            release.send_signal(signal.SIGINT)
+            code = release.wait(timeout=120)
+            shown += _read_until(terminal, b"\ninterrupted")
+    finally:
+        os.close(terminal)
+    assert code == 130, shown.decode(errors="replace")[-2000:]
+    assert b"nothing was written" in shown
 
 
 def test_a_second_server_is_refused(served, store):
