@@ -52,9 +52,10 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
     answer shows the cost and what is left); released synthetic tables are read
     free of charge under schema `released`.
 
-    The server holds the store's write lock: stop it (Ctrl-C or SIGTERM) before
-    admin commands that write to the store, such as `dpsql policy apply`,
-    `dpsql budget grant` or `dpsql user add`.
+    The server owns the store while it runs: every other dpsql command on it
+    (budget grant, policy apply, user add, release, ...) runs inside the server
+    through a local admin channel, and admins on psql can run them as
+    CALL dpsql('budget show'). Stop it with Ctrl-C or SIGTERM.
 
     \b
     Example:
@@ -76,11 +77,10 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
             "TLS available" if server.tls_context is not None else "no TLS"
         click.echo(f"dpsql serve: listening on {host}:{server.port} for {db} ({tls}); "
                    f"{len(users)} user(s) with a password", err=True)
-        click.echo("the store is locked for writing while the server runs: stop it before "
-                   "dpsql policy apply, budget grant, user add or releases", err=True)
+        click.echo(f"dpsql commands on {db} now run in this server (admin channel "
+                   f"{server.admin.path})", err=True)
         if not users:
-            click.echo("no user can log in yet: stop the server and run dpsql user add NAME",
-                       err=True)
+            click.echo("no user can log in yet: add one with dpsql user add NAME", err=True)
         click.echo(f'connect with: psql "host={host} port={server.port} user=USER '
                    f'dbname={Path(db).stem}"', err=True)
 

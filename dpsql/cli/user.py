@@ -18,8 +18,8 @@ def user() -> None:
     """Passwords for SQL clients of dpsql serve.
 
     A user must be declared in the store's active policy; the store keeps only a
-    SCRAM-SHA-256 verifier, never the password. These commands write to the store,
-    so stop a running ``dpsql serve`` first.
+    SCRAM-SHA-256 verifier, never the password. On a served store they run in
+    the server, and a new password works at once.
     """
 
 
