@@ -90,11 +90,12 @@ def _converse(sock: socket.socket, args: list[str]) -> int:
             send(sock, {"cancel": True})
 
 
-def _read(kind: str, prompt: str) -> str:
-    """What the server's command reads from this terminal ("" at the end of input)."""
+def _read(kind: str, prompt: str) -> str | None:
+    """What the server's command reads from this terminal (None at the end of input)."""
     if kind == "secret":
         try:
             return getpass.getpass(prompt)
         except EOFError:
-            return ""
-    return sys.stdin.readline() if kind == "line" else sys.stdin.read()
+            return None
+    text = sys.stdin.readline() if kind == "line" else sys.stdin.read()
+    return text or None

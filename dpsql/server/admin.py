@@ -14,10 +14,10 @@ same uid (SO_PEERCRED): whoever may open the store file directly is an admin.
 
 Protocol: frames of a 4-byte big-endian length and a JSON object. The client
 sends ``{"argv", "cwd", "env", "width", "tty": [stdin, stdout, stderr]}``, then
-``{"input": text}`` answering a read and ``{"cancel": true}`` on Ctrl-C (a
-closed connection cancels too). The server sends ``{"out": text}``,
-``{"err": text}``, ``{"read": "line" | "all" | "secret", "prompt": text}`` and
-last ``{"exit": code}``.
+``{"input": text}`` answering a read (null at the end of input) and
+``{"cancel": true}`` on Ctrl-C (a closed connection cancels too). The server
+sends ``{"out": text}``, ``{"err": text}``, ``{"read": "line" | "all" | "secret",
+"prompt": text}`` and last ``{"exit": code}``.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class Client:
         self.conn = conn
         self.tty = {"in": bool(tty[0]), "out": bool(tty[1]), "err": bool(tty[2])}
         self.thread = threading.get_ident()
-        self.inputs: queue.Queue[str] = queue.Queue()
+        self.inputs: queue.Queue[str | None] = queue.Queue()  # None: the end of input
         self.gone = False  # the client went away: output is dropped
         self._running = True
         self._cancelled = False
@@ -140,8 +140,8 @@ class Client:
             except OSError:
                 self.gone = True
 
-    def read(self, kind: str, prompt: str = "") -> str:
-        """A line, everything or a secret from the client's terminal ("" at end of input)."""
+    def read(self, kind: str, prompt: str = "") -> str | None:
+        """A line, everything or a secret from the client's terminal (None at end of input)."""
         self.write({"read": kind, "prompt": prompt})
         return self.inputs.get()
 
@@ -158,7 +158,7 @@ class Client:
                 self.gone = True
                 return
             if "input" in message:
-                self.inputs.put(str(message["input"] or ""))
+                self.inputs.put(None if message["input"] is None else str(message["input"]))
 
     def cancel(self) -> None:
         """Ctrl-C for the command: KeyboardInterrupt in its thread, once, while it runs."""
@@ -166,7 +166,7 @@ class Client:
             if self._running and not self._cancelled:
                 self._cancelled = True
                 _raise_in(self.thread, KeyboardInterrupt)
-        self.inputs.put("")  # a command waiting for input sees its end
+        self.inputs.put(None)  # a command waiting for input sees its end
 
     def finish(self) -> None:
         """The command ended: no cancel may reach its thread any more."""
@@ -231,12 +231,16 @@ class RoutedStream:
     def readline(self, size: int = -1) -> str:
         """A line of the client's standard input."""
         client = _client()
-        return client.read("line") if client is not None else str(self.original.readline(size))
+        if client is None:
+            return str(self.original.readline(size))
+        return client.read("line") or ""
 
     def read(self, size: int = -1) -> str:
         """The rest of the client's standard input."""
         client = _client()
-        return client.read("all") if client is not None else str(self.original.read(size))
+        if client is None:
+            return str(self.original.read(size))
+        return client.read("all") or ""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.original, name)
@@ -247,7 +251,10 @@ def _getpass(prompt: str = "Password: ", stream: Any = None) -> str:
     client = _client()
     if client is None:
         return _original_getpass(prompt, stream)
-    return client.read("secret", prompt)
+    secret = client.read("secret", prompt)
+    if secret is None:  # as getpass at the end of input (an empty line is "")
+        raise EOFError
+    return secret
 
 
 _original_getpass = getpass.getpass

@@ -44,9 +44,9 @@ class Collector:
         self.out.append(message.get("out", ""))
         self.err.append(message.get("err", ""))
 
-    def read(self, kind: str, prompt: str = "") -> str:
+    def read(self, kind: str, prompt: str = "") -> str | None:
         """No input over SQL: the end of input."""
-        return ""
+        return None
 
     def finish(self) -> None:
         """Nothing to release."""

@@ -104,6 +104,16 @@ def test_exit_codes_and_stderr_pass_through(served, store):
     assert json.loads(as_json.stdout)["error"] == "release_error"
 
 
+def test_a_prompt_at_the_end_of_input_aborts(served, store):
+    local = dpsql("user", "add", "frank", "--db", str(store), stdin="")
+    assert local.returncode == 1  # as at a local prompt: "aborted", never a loop
+    assert local.stderr.strip().endswith("aborted")
+    with psycopg.connect(served.dsn("admin"), autocommit=True) as conn, \
+            pytest.raises(psycopg.Error) as over_sql:
+        conn.execute("CALL dpsql('user add frank')")
+    assert "aborted" in str(over_sql.value)
+
+
 def test_release_while_an_analyst_queries(served, store):
     answers: list[int] = []
     stop = threading.Event()
