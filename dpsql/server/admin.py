@@ -119,18 +119,38 @@ def _exactly(sock: socket.socket, size: int) -> bytes | None:
 
 
 # -- the server side ----------------------------------------------------------------------
-class Client:
-    """One forwarded command: its connection, terminal flags and pending input."""
+class Interruptible:
+    """A command running in the thread that made this: Ctrl-C for it, while it runs."""
 
-    def __init__(self, conn: socket.socket, tty: list[bool]) -> None:
-        self.conn = conn
-        self.tty = {"in": bool(tty[0]), "out": bool(tty[1]), "err": bool(tty[2])}
+    def __init__(self) -> None:
         self.thread = threading.get_ident()
-        self.inputs: queue.Queue[str | None] = queue.Queue()  # None: the end of input
-        self.gone = False  # the client went away: output is dropped
         self._running = True
         self._cancelled = False
         self._lock = threading.Lock()  # a cancel never lands after the command ended
+
+    def cancel(self) -> None:
+        """KeyboardInterrupt in the command's thread, once, while it runs (any thread)."""
+        with self._lock:
+            if self._running and not self._cancelled:
+                self._cancelled = True
+                _raise_in(self.thread, KeyboardInterrupt)
+
+    def finish(self) -> None:
+        """The command ended: no cancel may reach its thread any more."""
+        with self._lock:
+            self._running = False
+            _raise_in(self.thread, None)  # drop a cancel that had not landed yet
+
+
+class Client(Interruptible):
+    """One forwarded command: its connection, terminal flags and pending input."""
+
+    def __init__(self, conn: socket.socket, tty: list[bool]) -> None:
+        super().__init__()
+        self.conn = conn
+        self.tty = {"in": bool(tty[0]), "out": bool(tty[1]), "err": bool(tty[2])}
+        self.inputs: queue.Queue[str | None] = queue.Queue()  # None: the end of input
+        self.gone = False  # the client went away: output is dropped
 
     def write(self, message: dict[str, Any]) -> None:
         """Send a frame to the client (dropped once it is gone)."""
@@ -161,18 +181,9 @@ class Client:
                 self.inputs.put(None if message["input"] is None else str(message["input"]))
 
     def cancel(self) -> None:
-        """Ctrl-C for the command: KeyboardInterrupt in its thread, once, while it runs."""
-        with self._lock:
-            if self._running and not self._cancelled:
-                self._cancelled = True
-                _raise_in(self.thread, KeyboardInterrupt)
-        self.inputs.put(None)  # a command waiting for input sees its end
-
-    def finish(self) -> None:
-        """The command ended: no cancel may reach its thread any more."""
-        with self._lock:
-            self._running = False
-            _raise_in(self.thread, None)  # drop a cancel that had not landed yet
+        """Ctrl-C for the command; one waiting for input sees its end."""
+        super().cancel()
+        self.inputs.put(None)
 
 
 def _raise_in(thread: int, exc: type[BaseException] | None) -> None:
@@ -350,11 +361,11 @@ class AdminChannel:
                        request.get("width"))
 
 
-def run_for(client: Any, argv: list[str], caller: Any, width: int | None = None) -> int:
+def run_for(client: Interruptible, argv: list[str], caller: Any, width: int | None = None) -> int:
     """Run the command line ``argv`` in this thread, its streams routed to ``client``.
 
-    ``client`` is a :class:`Client` or anything with its ``write``, ``read``,
-    ``tty`` and ``finish``. Returns the exit code.
+    ``client`` is an :class:`Interruptible` with ``write``, ``read`` and ``tty``
+    like :class:`Client`'s. Returns the exit code.
     """
     from dpsql.cli import run
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from dpsql.errors import AccessDenied, ConfigurationError, DPSQLError
-from dpsql.server.admin import NOT_FORWARDED, run_for
+from dpsql.server.admin import NOT_FORWARDED, Interruptible, run_for
 from dpsql.server.router import StatementHandler
 from dpsql.server.sqltext import strip_comments
 from dpsql.session import Session
@@ -30,14 +30,22 @@ _CALL = re.compile(r"^\s*CALL\s+dpsql\s*\(\s*'((?:[^']|'')*)'\s*\)\s*;?\s*$", re
 _ACTING = {"--db", "--as", "--user"}  # the options a CALL may not set
 
 
-@dataclass
-class Collector:
-    """The "terminal" of a CALL: keeps what the command writes; it reads no input."""
+class Collector(Interruptible):
+    """The "terminal" of a CALL: keeps what the command writes; it reads no input.
 
-    out: list[str] = field(default_factory=list)
-    err: list[str] = field(default_factory=list)
-    tty: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(("in", "out", "err"),
-                                                                       False))
+    A cancel request or the statement timeout interrupts it like a DuckDB cursor
+    of the statement: Ctrl-C for the command (a release stops; its charge stays).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self.tty = dict.fromkeys(("in", "out", "err"), False)
+
+    def interrupt(self) -> None:
+        """Called like ``DuckDBPyConnection.interrupt`` (repeatedly) by the Interrupter."""
+        self.cancel()
 
     def write(self, message: dict[str, Any]) -> None:
         """Keep output (a read request has no one to answer it)."""
@@ -47,9 +55,6 @@ class Collector:
     def read(self, kind: str, prompt: str = "") -> str | None:
         """No input over SQL: the end of input."""
         return None
-
-    def finish(self) -> None:
-        """Nothing to release."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,8 @@ def call(session: Session, command: str) -> CallAnswer:
     caller = Caller(cwd=str(session.store.path.parent),
                     env={"DPSQL_DB": str(session.store.path), "DPSQL_USER": session.user})
     collector = Collector()
-    code = run_for(collector, args, caller)
+    with session.interrupts.running(collector):  # type: ignore[arg-type]
+        code = run_for(collector, args, caller)
     out, err = "".join(collector.out), "".join(collector.err)
     ledger.record(session.user, None, statement, "done" if code == 0 else "failed",
                   None if code == 0 else (err.strip().splitlines() or ["failed"])[-1],

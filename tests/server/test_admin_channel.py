@@ -172,12 +172,20 @@ def test_ctrl_c_stops_a_release_in_the_server_and_the_charge_stays(runtime, tmp_
     policy = SERVER_POLICY.replace("accounting: pure", "accounting: zcdp\ndelta: 1.0e-6").replace(
         "synthesizers: [independent]", "synthesizers: [independent, napsu_mq]")
     store = make_store(tmp_path / "zcdp.duckdb", policy)
-    with start_server(serve_args(store)):
+    with start_server(serve_args(store)) as server:
         _interrupt_a_release(store)
+        with psycopg.connect(server.dsn("admin"), autocommit=True) as conn:
+            conn.execute("SET statement_timeout = 5000")
+            with pytest.raises(psycopg.Error) as timed_out:
+                conn.execute("CALL dpsql('release adult --synth napsu_mq --epsilon 0.5 "
+                             "--columns age,sex,race,income_50k --name stopped_too')")
+            assert timed_out.value.sqlstate == "57014"
+            released = conn.execute("SHOW dpsql.released").fetchall()  # after the CALL ended
         audit = json.loads(dpsql("audit", "--json", "--db", str(store)).stdout)
         assert dpsql("budget", "show", "--db", str(store)).returncode == 0  # the server goes on
-    last = [r for r in audit if r["action"] == "release"][-1]
-    assert (last["outcome"], last["cost"] is not None) == ("failed", True)  # charged, kept
+    assert "stopped" not in str(released)  # neither release wrote a table
+    releases = [r for r in audit if r["action"] == "release"][-2:]
+    assert [(r["outcome"], r["cost"] is not None) for r in releases] == [("failed", True)] * 2
 
 
 def _interrupt_a_release(store: Path) -> None:
