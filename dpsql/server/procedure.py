@@ -7,7 +7,8 @@ refused (AccessDenied, SQLSTATE 42501). Every CALL is audited (action
 ``admin_call``) besides what the command itself audits. The result has one text
 column ``dpsql``, a row per output line; with ``--json`` a list of records
 comes back as a table (one text column per key). What the command writes to
-stderr comes as NOTICEs; a failed command is an error with its SQLSTATE.
+stderr comes as NOTICEs; a failed command is an error with its SQLSTATE. A
+cancel request or the statement timeout stops the command as Ctrl-C would.
 """
 
 from __future__ import annotations
