@@ -183,6 +183,7 @@ BUILTIN_MODULES: list[str] = [
     "dpsql.synth.sds",
     "dpsql.synth.napsu_mq",
     "dpsql.synth.modp",
+    "dpsql.synth.aim",
 ]
 _missing: dict[str, str] = {}
 
@@ -195,7 +196,7 @@ class SynthesizerWarning(UserWarning):
 
 
 #: Names the built-in modules register (known without importing them, e.g. torch).
-BUILTIN_NAMES = ("independent", "joint", "range", "sds", "napsu_mq", "modp")
+BUILTIN_NAMES = ("independent", "joint", "range", "sds", "napsu_mq", "modp", "aim", "mst")
 
 
 def known_names() -> set[str]:

@@ -10,7 +10,7 @@ from scipy import stats
 
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
-from dpsql.synth.napsu_mq.exponential import ExponentialMechanism
+from dpsql.synth.exponential import ExponentialMechanism
 
 FALSE_POSITIVE_RATE = 1e-6  # per goodness-of-fit check
 

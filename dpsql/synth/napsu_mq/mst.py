@@ -28,8 +28,8 @@ import numpy as np
 
 from dpsql.domain import Domain
 from dpsql.privacy import PrivacyCost
+from dpsql.synth.exponential import ExponentialMechanism
 from dpsql.synth.measure import Measurement, count_marginals, measure_marginals
-from dpsql.synth.napsu_mq.exponential import ExponentialMechanism
 
 
 @dataclass(frozen=True)

@@ -85,10 +85,12 @@ class ExponentialMechanism:
             raise ConfigurationError("the exponential mechanism needs a non-empty list of scores")
         if q.dtype.kind not in "iu":
             raise ConfigurationError("exponential-mechanism scores must be integers")
-        gaps = (q.max() - q).astype(np.int64)
         rate = self.rate
-        if int(gaps.max()) * rate.numerator >= 2**62:
-            raise ConfigurationError("scores too far apart for the exact sampler; rescale them")
+        # Gaps beyond ``cap`` (probability below exp(-2**20)) are lowered to it, so the
+        # sampler's integers never overflow: max(q, max(q) - cap) keeps the sensitivity of
+        # q, so this is the same mechanism on other scores, and no failure depends on data.
+        cap = max(1, 2**20 * rate.denominator // rate.numerator)
+        gaps = np.minimum(q.max() - q, cap).astype(np.int64)
         while True:
             proposals = _exact.uniform_below(q.size, q.size)
             accepted = _exact.bernoulli_exp(gaps[proposals] * rate.numerator, rate.denominator)
