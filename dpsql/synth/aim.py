@@ -54,6 +54,7 @@ class FittedPGM:
     measurements: list[dict[str, Any]]
     parameters: dict[str, Any]
     diagnostics: dict[str, Any]
+    measured: tuple[Measurement, ...] = field(default=(), repr=False)  # DP noisy marginals
 
     def sample(self, n: int, rng: np.random.Generator) -> pa.Table:
         """``n`` i.i.d. rows of codes drawn from the model with ``rng``."""
@@ -136,7 +137,8 @@ class _Fit:
         """The final model, fitted with the full number of iterations."""
         inference = self.refit(self.iters)
         return FittedPGM(self.domain, inference, row_count(self.domain, inference), self.spent,
-                         [m.describe() for m in self.measured], parameters, diagnostics)
+                         [m.describe() for m in self.measured], parameters, diagnostics,
+                         tuple(self.measured))
 
 
 @dataclass
