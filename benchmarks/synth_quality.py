@@ -12,17 +12,24 @@ For each synthesizer, epsilon and seed: fit on the bounded source (zCDP, delta
 seeds) of the 2-way workload error, the median log discrepancy d, and median
 fit and sample times. Synthesizers that refuse (e.g. a joint table too large)
 say why; representations that are not rows (range) are skipped. New
-synthesizers appear here by registering.
+synthesizers appear here by registering (``aim`` and ``mst`` need the synth
+extra). With --reference-mst, the MST script of benchmarks/_mst_baseline.py
+(private-pgm's estimation, numpy noise: a reference, not a release) runs on
+the same codes and rho, and its workload error and time are printed below.
 
     python benchmarks/synth_quality.py                  # everything (slow synthesizers too)
     python benchmarks/synth_quality.py --synth independent,joint --seeds 2
     python benchmarks/synth_quality.py --synth napsu_mq --option napsu_mq.inference=laplace
+    python benchmarks/synth_quality.py --datasets adult --epsilons 1 --synth independent,mst,aim \
+        --reference-mst
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -112,6 +119,8 @@ def main() -> None:
     parser.add_argument("--synth", default=None, help="comma-separated (default: all)")
     parser.add_argument("--option", action="append", default=[], metavar="SYNTH.KEY=VALUE",
                         help="a synthesizer option, e.g. napsu_mq.inference=laplace (repeatable)")
+    parser.add_argument("--reference-mst", action="store_true",
+                        help="also run benchmarks/_mst_baseline.py (needs mbi)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     names = args.synth.split(",") if args.synth else synth.available()
@@ -124,6 +133,7 @@ def main() -> None:
         options.setdefault(target, {})[key] = value
     epsilons = [float(e) for e in args.epsilons.split(",")]
     rows: list[dict[str, Any]] = []
+    references: list[str] = []
     with tempfile.TemporaryDirectory(prefix="dpsql-bench-") as tmp:
         for dataset in args.datasets.split(","):
             path = build_store(Path(tmp), dataset, names)
@@ -152,13 +162,40 @@ def main() -> None:
                                          epsilon if dp and rows_only else None, results))
                         print(f"  done {dataset} {name} eps={epsilon}", file=sys.stderr,
                               flush=True)
+                if args.reference_mst:
+                    references += [reference_mst(Path(tmp), dataset, true, domain, e, args.seeds)
+                                   for e in epsilons]
     print_table(rows, args.json)
+    for line in references:
+        print(line)
     if not args.json:
         print(f"\n{args.seeds} seeds each; zCDP at delta={DELTA:g}; workload error = mean over "
               "2-way marginals of half the L1 distance; median d over all 1- and 2-way cells; "
               f"peak memory {peak_rss_mb():.0f} MB")
         for dataset in args.datasets.split(","):
             readme_line(rows, dataset, "1" if 1.0 in epsilons else f"{epsilons[0]:g}")
+
+
+def reference_mst(tmp: Path, dataset: str, true: np.ndarray, domain: Domain, epsilon: float,
+                  seeds: int) -> str:
+    """Run benchmarks/_mst_baseline.py on the same codes and rho; one summary line."""
+    codes, sizes = tmp / f"{dataset}_codes.csv", tmp / f"{dataset}_domain.json"
+    np.savetxt(codes, true, fmt="%d", delimiter=",", header=",".join(domain.names),
+               comments="")
+    sizes.write_text(json.dumps(dict(zip(domain.names, domain.shape, strict=True))))
+    rho = float(budget_cost("zcdp", epsilon=epsilon, delta=DELTA).value)
+    script = Path(__file__).resolve().parent / "_mst_baseline.py"
+    results = []
+    for seed in range(seeds):
+        out = subprocess.run([sys.executable, str(script), str(codes), str(sizes), repr(rho),
+                              str(seed)], capture_output=True, text=True, timeout=1800)
+        if out.returncode != 0:
+            return f"reference MST {dataset} eps={epsilon:g}: failed: {out.stderr[-300:]}"
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    errors = [r["workload_error"] for r in results]
+    return (f"reference MST (_mst_baseline.py, mbi) {dataset} eps={epsilon:g}: workload error "
+            f"{statistics.fmean(errors):.4f} (sd {statistics.pstdev(errors):.4f}), median "
+            f"{statistics.median(r['seconds'] for r in results):.1f} s")
 
 
 def readme_line(rows: list[dict[str, Any]], dataset: str, epsilon: str) -> None:

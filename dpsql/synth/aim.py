@@ -227,7 +227,7 @@ class AIM(_SelectMeasureGenerate):
 
     def _workload(self, domain: Domain) -> list[Clique]:
         if self.workload is None:
-            pairs = list(itertools.combinations(domain.names, 2))
+            pairs: list[Clique] = list(itertools.combinations(domain.names, 2))
             return pairs or [(c,) for c in domain.names]
         unknown = sorted({c for s in self.workload for c in s} - set(domain.names))
         if unknown or not self.workload or not all(self.workload):
@@ -248,10 +248,24 @@ class AIM(_SelectMeasureGenerate):
         return {r: w for r, w in weights.items() if domain.size(r) <= self.max_cells}
 
     def check(self, domain: Domain, budget: PrivacyCost) -> None:
-        """Refuse what fit would refuse, before the release charges the budget."""
+        """Refuse what fit would refuse, before the release charges the budget.
+
+        Every round gets at least the first round's parts, so calibrating those
+        here means no round can fail for a too small budget after the charge.
+        """
         self._check_budget("aim", domain, budget)
-        self._rounds(domain)
-        self._candidates(domain)
+        measure_cost, select_cost = self._round_costs(domain, budget)
+        GaussianMechanism.calibrate(domain.max_rows, measure_cost)
+        ExponentialMechanism.calibrate(domain.max_rows * self._heaviest(domain), select_cost)
+
+    def _round_costs(self, domain: Domain, budget: PrivacyCost) -> list[PrivacyCost]:
+        """The measurement and selection parts of one of the first rounds."""
+        return budget.split([1] * self._rounds(domain))[0].split(
+            [1 - self.select_share, self.select_share])
+
+    def _heaviest(self, domain: Domain) -> int:
+        """The largest workload weight: the scores' sensitivity is max_rows times it."""
+        return max(self._candidates(domain).values())
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedPGM:
@@ -261,9 +275,8 @@ class AIM(_SelectMeasureGenerate):
         candidates = self._candidates(domain)
         oneway = [(c,) for c in domain.names]
         rounds = self._rounds(domain)
-        measure_cost, select_cost = budget.split([1] * rounds)[0].split(
-            [1 - self.select_share, self.select_share])
-        heaviest = max(candidates.values())
+        measure_cost, select_cost = self._round_costs(domain, budget)
+        heaviest = self._heaviest(domain)
         log: list[dict[str, Any]] = []
         with pgm.float64() as mbi:
             fit = _Fit.count(mbi, source, domain, oneway + list(candidates), self.iters)
@@ -383,6 +396,19 @@ class MST(_SelectMeasureGenerate):
     def check(self, domain: Domain, budget: PrivacyCost) -> None:
         """Refuse what fit would refuse, before the release charges the budget."""
         self._check_budget("mst", domain, budget)
+        edges = spanning_edges(domain.names, self._pairs(domain))
+        oneway_budget = self._parts(budget)[0] if edges else budget
+        GaussianMechanism.calibrate(domain.max_rows,
+                                    oneway_budget.split([1] * len(domain.names))[0])
+        if edges:
+            _, select_budget, pair_budget = self._parts(budget)
+            ExponentialMechanism.calibrate(domain.max_rows, select_budget.split([1] * edges)[0])
+            GaussianMechanism.calibrate(domain.max_rows, pair_budget.split([1] * edges)[0])
+
+    def _parts(self, budget: PrivacyCost) -> list[PrivacyCost]:
+        """The budget of the 1-way marginals, of the selection and of the 2-way marginals."""
+        return budget.split([self.oneway_share, self.select_share,
+                             1 - self.oneway_share - self.select_share])
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedPGM:
@@ -393,8 +419,7 @@ class MST(_SelectMeasureGenerate):
         pairs = self._pairs(domain)
         edges = spanning_edges(domain.names, pairs)
         if edges:
-            oneway_budget, select_budget, pair_budget = budget.split(
-                [self.oneway_share, self.select_share, 1 - self.oneway_share - self.select_share])
+            oneway_budget, select_budget, pair_budget = self._parts(budget)
         else:  # one column, or no pair fits: the 1-ways get everything
             oneway_budget = budget
         log: list[dict[str, Any]] = []

@@ -80,6 +80,17 @@ def test_refusals_come_before_any_charge(make_store, name) -> None:
     assert charged_units(zcdp) == 0
 
 
+@pytest.mark.parametrize("name", ["aim", "mst"])
+def test_a_budget_too_small_for_a_round_is_refused_by_the_public_check(make_store, name) -> None:
+    db = make_store(policy_text("zcdp", extra_dataset=ZCDP))
+    with dpsql.connect(db, "admin") as admin:
+        domain = Domain.from_dataset(admin.policy.dataset("adult"))
+    synthesizer = synth.get(name)
+    synthesizer.check(domain, PrivacyCost.zcdp(0.01))
+    with pytest.raises(ConfigurationError):
+        synthesizer.check(domain, PrivacyCost("zcdp", 2))  # 2e-18: some part rounds to 0
+
+
 WIDE_POLICY = """version: 1
 accounting: zcdp
 delta: 1.0e-6
