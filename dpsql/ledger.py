@@ -1,21 +1,36 @@
-"""The budget ledger and the audit log, kept as tables in the store.
+"""The budget ledger and the audit log: the one writer of dpsql's bookkeeping.
 
-A charge is compare-and-debit under the store's write lock and inside one
-DuckDB transaction, committed before the caller computes anything private:
-a crash afterwards loses budget, never privacy. There are no refunds. A
-refusal leaves the ledger unchanged and adds one audit row saying why.
+Charges, grants, audit rows and stored answers (``dpsql.query_cache``) are
+written here and nowhere else. A charge is compare-and-debit inside one DuckDB
+transaction, committed with its request's audit row (outcome ``charged``)
+before the caller computes anything private: a crash afterwards loses budget,
+never privacy. There are no refunds. A refusal leaves the ledger unchanged and
+adds one settled audit row saying why.
+
+A request's audit row is opened (``charged`` or ``started``) or written settled
+at once (:meth:`Ledger.record`); an open row is settled exactly once, by
+:meth:`Ledger.settle`, with its outcome. Audit ids are consecutive: the next id
+is taken under the write lock and counts only once its transaction commits.
+
+Lock order: there is one lock, the store's write lock (:attr:`Store.lock`),
+which every write transaction holds (:meth:`Store.transaction`). It also
+guards this module's per-store state (:class:`_Books`: the next id and the
+summed standings). While holding it, code here takes no other lock but the
+store's state registry lock for a dict look-up (a leaf). Readers take no lock:
+DuckDB gives each cursor a snapshot.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import astuple, dataclass, field, replace
+from datetime import datetime
+from typing import Any
 
 import duckdb
 
-from dpsql.errors import AccessDenied, BudgetExceeded
+from dpsql.errors import AccessDenied, BudgetExceeded, InternalError
 from dpsql.policy import Policy
 from dpsql.privacy import Kind, PrivacyCost
 from dpsql.store import Store, now
@@ -70,18 +85,51 @@ class Budget:
         }
 
 
+#: Outcomes of an open request, which :meth:`Ledger.settle` closes.
+OPEN = ("charged", "started")
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One row of ``dpsql.audit``, in its column order."""
+
+    id: int
+    at: datetime
+    user: str
+    dataset: str | None
+    action: str
+    statement: str | None
+    kind: str | None
+    units: int | None
+    infinite: bool | None
+    outcome: str
+    reason: str | None
+    fingerprint: str
+
+    @classmethod
+    def of(cls, audit_id: int, user: str, dataset: str | None, action: str,
+           statement: str | None, cost: PrivacyCost | None, outcome: str, reason: str | None,
+           fingerprint: str) -> AuditRow:
+        """A row stamped now, its texts storable and cut to size."""
+        return cls(audit_id, now(), user, dataset, action,
+                   None if statement is None else storable(statement[:10_000]),
+                   cost.kind if cost else None, cost.units if cost else None,
+                   cost.infinite if cost else None, outcome,
+                   None if reason is None else storable(reason[:2000]), fingerprint)
+
+    def insert(self, cur: duckdb.DuckDBPyConnection) -> None:
+        """Write the row in the caller's transaction."""
+        cur.execute("INSERT INTO dpsql.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    list(astuple(self)))
+
+
 @dataclass(frozen=True)
 class Charge:
-    """A committed debit: its id (also the audit id) and what it cost.
-
-    ``audit_row``: the request's audit row, when the caller writes it
-    (:meth:`Ledger.close`) instead of the ledger.
-    """
+    """A committed debit: its id (also its request's audit id) and what it cost."""
 
     id: int
     cost: PrivacyCost
     remaining: PrivacyCost
-    audit_row: tuple[Any, ...] | None = field(default=None, compare=False, repr=False)
 
 
 # The ledger rows of one dataset summed per (source, user, kind): few rows, whatever the
@@ -98,59 +146,62 @@ FROM (
 GROUP BY ALL
 """
 
-T = TypeVar("T")
-
 #: (source, user, kind) -> [sum of units, any infinite, every row's units]
 Totals = dict[tuple[str, str, str], list[Any]]
 
 
-class _Standings:
-    """The summed ledger rows of each dataset, read once per open store, then kept current.
+class _Books:
+    """What this module keeps about an open store, guarded by the store's write lock.
 
-    This process is the file's only writer (DuckDB locks it) and the store is
-    opened once per process, so every charge and grant passes through this
-    module: a charge adds its row here after its COMMIT, a grant drops the
-    dataset's entry (read again on next use). Reading the standing then costs
-    no query on the charge path.
+    ``next_id``: the next audit id (None: read it again from the table).
+    ``totals``: the summed ledger rows per dataset, read once, then kept current
+    by the charges and grants written here (the only writer of the file).
     """
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.next_id: int | None = None
         self.totals: dict[str, Totals] = {}
 
-    def read(self, store: Store, dataset: str, cur: duckdb.DuckDBPyConnection,
-             compute: Callable[[Totals], T]) -> T:
-        """``compute`` applied to the dataset's totals, read from the store on first use."""
-        with self.lock:
-            totals = self.totals.get(dataset)
-            if totals is not None:
-                return compute(totals)
-        with store.lock:  # no charge can commit between the read and keeping it
+    def take_id(self, cur: duckdb.DuckDBPyConnection) -> int:
+        """The next audit id; it counts once the caller's transaction commits."""
+        if self.next_id is None:
+            row = cur.execute("SELECT coalesce(max(id), 0) FROM dpsql.audit").fetchone()
+            self.next_id = int(row[0]) + 1 if row else 1
+        taken, self.next_id = self.next_id, self.next_id + 1
+        return taken
+
+    def dataset_totals(self, dataset: str, cur: duckdb.DuckDBPyConnection) -> Totals:
+        if dataset not in self.totals:
             rows = cur.execute(_STANDING_SQL, {"dataset": dataset}).fetchall()
-            with self.lock:
-                totals = self.totals.setdefault(dataset, {
-                    (r[0], r[1], r[2]): [int(r[3]), bool(r[4]), [int(u) for u in r[5]]]
-                    for r in rows})
-                return compute(totals)
+            self.totals[dataset] = {(r[0], r[1], r[2]): [int(r[3]), bool(r[4]),
+                                                         [int(u) for u in r[5]]] for r in rows}
+        return self.totals[dataset]
 
     def add(self, src: str, dataset: str, user: str, cost: PrivacyCost) -> None:
-        """Count one committed row (nothing to do if the dataset was never read)."""
-        with self.lock:
-            totals = self.totals.get(dataset)
-            if totals is None:
-                return
+        """Count one row written in the current transaction."""
+        totals = self.totals.get(dataset)
+        if totals is not None:
             entry = totals.setdefault((src, user, cost.kind), [0, False, []])
             entry[0] += cost.units
             entry[1] = entry[1] or cost.infinite
             entry[2].append(cost.units)
 
-    def forget(self, dataset: str) -> None:
-        with self.lock:
-            self.totals.pop(dataset, None)
 
+@contextmanager
+def _writing(store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Books]]:
+    """A write transaction on ``store`` with the ledger's state, under the write lock.
 
-def _standings_of(store: Store) -> _Standings:
-    return store.state(_Standings)
+    If it does not commit, the state is read again from the store next time, so
+    an id it took is reused (no gap) and no uncommitted row is counted.
+    """
+    with store.lock:
+        books = store.state(_Books)
+        try:
+            with store.transaction() as cur:
+                yield cur, books
+        except BaseException:
+            books.next_id, books.totals = None, {}
+            raise
 
 
 def _total(kind: Kind, totals: Totals, src: str, user: str | None) -> PrivacyCost:
@@ -177,41 +228,41 @@ def _cost(kind: Kind, units: int, infinite: bool, foreign: list[int] | None) -> 
 
 
 class Ledger:
-    """Charges, grants and audit rows for one store under its active policy."""
+    """Charges, grants and audit rows for one store under a policy (the request's)."""
 
     def __init__(self, store: Store, policy: Policy) -> None:
         self.store = store
         self.policy = policy
 
     # -- reading ------------------------------------------------------------------------
-    def budget(self, user: str, dataset: str,
-               cur: duckdb.DuckDBPyConnection | None = None) -> Budget:
-        """The current standing of ``user`` on ``dataset`` (one query).
+    def budget(self, user: str, dataset: str) -> Budget:
+        """The current standing of ``user`` on ``dataset``.
 
         Every row recorded for the dataset counts, whatever the accounting was when it
         was written (see :func:`_cost`; the store refuses a switch to pure accounting
         once zCDP costs exist).
         """
-        cur = cur or self.store.cursor()
+        with self.store.lock:  # the totals change as charges commit
+            return self._standing(self.store.state(_Books), user, dataset,
+                                  self.store.cursor())
+
+    def _standing(self, books: _Books, user: str, dataset: str,
+                  cur: duckdb.DuckDBPyConnection) -> Budget:
         policy = self.policy
-        ds = policy.dataset(dataset)
         kind = policy.accounting
         base = policy.user(user).budgets.get(dataset, PrivacyCost.zero(kind))
-        def standing(totals: Totals) -> Budget:
-            return Budget(user, dataset, base + _total(kind, totals, "grant", user),
-                          _total(kind, totals, "charge", user), ds.budget,
-                          _total(kind, totals, "charge", None), policy.delta)
-
-        return _standings_of(self.store).read(self.store, dataset, cur, standing)
+        totals = books.dataset_totals(dataset, cur)
+        return Budget(user, dataset, base + _total(kind, totals, "grant", user),
+                      _total(kind, totals, "charge", user), policy.dataset(dataset).budget,
+                      _total(kind, totals, "charge", None), policy.delta)
 
     def budgets(self, user: str | None = None) -> list[Budget]:
         """Standing of ``user`` (or every user) on every dataset they have a budget for."""
         users = [self.policy.user(user)] if user else list(self.policy.users.values())
         out = []
-        cur = self.store.cursor()
         for u in users:
             for ds in self.policy.datasets:
-                standing = self.budget(u.name, ds, cur)
+                standing = self.budget(u.name, ds)
                 if u.budgets.get(ds) or not standing.granted.is_zero:
                     out.append(standing)
         return out
@@ -232,34 +283,56 @@ class Ledger:
                              "request is refused")
         return notes
 
+    def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
+        """Audit rows, newest last, optionally for one user and the last ``last`` only."""
+        sql = "SELECT * FROM dpsql.audit"
+        params: list[Any] = []
+        if user:
+            sql += " WHERE user_name = ?"
+            params.append(user)
+        sql += " ORDER BY id DESC"
+        if last:
+            sql += f" LIMIT {int(last)}"
+        out = []
+        for values in reversed(self.store.cursor().execute(sql, params).fetchall()):
+            row = AuditRow(*values)
+            entry = {"id": row.id, "at": row.at, "user": row.user, "dataset": row.dataset,
+                     "action": row.action, "statement": row.statement, "outcome": row.outcome,
+                     "reason": row.reason, "fingerprint": row.fingerprint}
+            entry["cost"] = PrivacyCost(row.kind, int(row.units or 0), bool(row.infinite)) \
+                if row.kind else None
+            out.append(entry)
+        return out
+
     # -- writing ------------------------------------------------------------------------
     def charge(self, user: str, dataset: str, cost: PrivacyCost, statement: str,
-               action: str = "query", *, caller_audits: bool = False) -> Charge:
-        """Debit ``cost`` and commit, or raise BudgetExceeded and audit the refusal.
+               action: str = "query") -> Charge:
+        """Debit ``cost`` and commit with the request's open audit row, or raise BudgetExceeded.
 
-        Must be called before any private value is computed. Concurrent charges
-        share one commit (group commit): whoever holds the store's write lock
-        debits every pending request in order, each checked against the running
-        totals, so none can overspend and each is durable when this returns.
-        The request's audit row ("charged") is written soon after by the store's
-        writer; with ``caller_audits`` the caller writes it once the request is
-        over, with its outcome (:meth:`close`), so nothing else runs meanwhile.
+        Must be called before any private value is computed. The check and the
+        debit run under the store's write lock, so concurrent charges cannot
+        overspend. A refusal commits a settled audit row ("refused") instead; a
+        charge's row stays "charged" until :meth:`settle` closes it.
         """
-        request = _Request(self, user, dataset, cost.to(self.policy.accounting), statement,
-                           action, caller_audits)
-        self.policy.dataset(dataset)
-        store = self.store
-        with store.pending_lock:
-            store.pending.append(request)
-        with store.lock:
-            if not request.finished:
-                with store.pending_lock:
-                    batch, store.pending[:] = list(store.pending), []
-                _commit_batch(store, batch)
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
-        return request.result
+        cost = cost.to(self.policy.accounting)
+        cap = self.policy.dataset(dataset).query_cap if action == "query" else None
+        with _writing(self.store) as (cur, books):
+            standing = self._standing(books, user, dataset, cur)
+            reason = self._refusal(standing, cost, cap)
+            row = self._row(books.take_id(cur), user, dataset, action, statement, cost,
+                            "refused" if reason else "charged", reason)
+            row.insert(cur)
+            if reason is None:
+                cur.execute(f"INSERT INTO {_CHARGES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            [row.id, row.at, user, dataset, cost.kind, cost.units,
+                             cost.infinite, self.policy.fingerprint, row.id, action,
+                             row.statement])
+                books.add("charge", dataset, user, cost)
+        if reason is not None:
+            raise BudgetExceeded(reason)
+        remaining = replace(standing, spent=standing.spent + cost,
+                            dataset_spent=standing.dataset_spent + cost).remaining
+        return Charge(row.id, cost, remaining)
 
     def _refusal(self, standing: Budget, cost: PrivacyCost, cap: PrivacyCost | None) -> str | None:
         delta = self.policy.delta
@@ -282,189 +355,92 @@ class Ledger:
                     "administrator can raise it in the policy (dpsql policy apply)")
         return None
 
-    def record(self, user: str, dataset: str | None, statement: str, outcome: str,
+    def _row(self, audit_id: int, user: str, dataset: str | None, action: str,
+             statement: str | None, cost: PrivacyCost | None, outcome: str,
+             reason: str | None) -> AuditRow:
+        return AuditRow.of(audit_id, user, dataset, action, statement, cost, outcome, reason,
+                           self.policy.fingerprint)
+
+    def record(self, user: str, dataset: str | None, statement: str | None, outcome: str,
                reason: str | None = None, cost: PrivacyCost | None = None,
-               action: str = "query") -> int:
-        """Add one audit row (answered, refused, rejected, cached, ...); returns its id."""
-        with self.store.transaction() as cur:
-            audit_id = self.store.next_id()
-            self._audit(cur, audit_id, user, dataset, action, statement, cost, outcome, reason)
-        return audit_id
+               action: str = "query", *, cursor: duckdb.DuckDBPyConnection | None = None
+               ) -> int:
+        """Add one audit row; returns its id.
 
-    def close(self, charge: Charge, outcome: str, reason: str | None = None,
-              cursor: duckdb.DuckDBPyConnection | None = None) -> None:
-        """Write the audit row of a charge taken with ``caller_audits``, with its outcome.
-
-        With ``cursor`` (inside the caller's open transaction) it commits with the
-        caller's other writes, e.g. the stored answer of a DP query.
+        ``outcome`` settles the request at once (answered, refused, rejected,
+        cached, ...), or is "started" for a request :meth:`settle` closes later.
+        With ``cursor`` the row is written in the caller's open write transaction
+        (which holds the write lock) and commits with the caller's other writes.
         """
-        assert charge.audit_row is not None, "the ledger already wrote this charge's row"
-        row = list(charge.audit_row)
-        row[9], row[10] = outcome, reason
-        if cursor is not None:
-            _insert(cursor, "dpsql.audit", [row])
-            return
-        with self.store.transaction() as cur:
-            _insert(cur, "dpsql.audit", [row])
+        if cursor is None:
+            with _writing(self.store) as (cur, books):
+                row = self._row(books.take_id(cur), user, dataset, action, statement, cost,
+                                outcome, reason)
+                row.insert(cur)
+            return row.id
+        books = self.store.state(_Books)
+        row = self._row(books.take_id(cursor), user, dataset, action, statement, cost,
+                        outcome, reason)
+        row.insert(cursor)
+        books.next_id = None  # read again next time: the caller may still roll back
+        return row.id
 
-    def finish(self, audit_id: int, outcome: str, reason: str | None = None,
-               cursor: duckdb.DuckDBPyConnection | None = None) -> None:
-        """Set the outcome of a charged request once it is answered or has failed.
+    def settle(self, audit_id: int, outcome: str, reason: str | None = None, *,
+               answer: Sequence[Any] | None = None) -> bool:
+        """Close the open request ``audit_id`` with its outcome: the one way a request ends.
 
-        With ``cursor`` (inside the caller's open transaction) the update commits with the
-        caller's other writes, e.g. the stored answer of a DP query.
+        ``answer``: a ``dpsql.query_cache`` row (:func:`dpsql.query.cache.stored_row`),
+        committed with the outcome. Returns False when a concurrent twin stored an
+        answer under the same key first (the caller then serves the twin's).
+        Settling a request that is not open is a bug.
         """
-        sql = "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) WHERE id = ?"
-        if cursor is not None:
-            cursor.execute(sql, [outcome, reason, audit_id])
-            return
-        self.store.flush()  # a charge's audit row is written by the store's writer
-        with self.store.transaction() as cur:
-            cur.execute(sql, [outcome, reason, audit_id])
-
-    def _audit(self, cur: duckdb.DuckDBPyConnection, audit_id: int, user: str,
-               dataset: str | None, action: str, statement: str, cost: PrivacyCost | None,
-               outcome: str, reason: str | None) -> None:
-        cur.execute(
-            "INSERT INTO dpsql.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [audit_id, now(), user, dataset, action, storable(statement[:10_000]),
-             cost.kind if cost else None, cost.units if cost else None,
-             cost.infinite if cost else None, outcome,
-             None if reason is None else storable(reason), self.policy.fingerprint],
-        )
+        stored = True
+        with _writing(self.store) as (cur, _):
+            if answer is not None:
+                stored = bool(cur.execute(
+                    "INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING RETURNING key", list(answer)).fetchall())
+            done = cur.execute(
+                "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
+                f"WHERE id = ? AND outcome IN {OPEN}",
+                [outcome, None if reason is None else storable(reason[:2000]),
+                 audit_id]).fetchone()
+            if not done or done[0] != 1:
+                raise InternalError(f"request {audit_id} is not open; this is a bug in dpsql")
+        return stored
 
     def grant(self, admin: str, user: str, dataset: str, amount: PrivacyCost) -> Budget:
-        """Top up ``user`` on ``dataset`` by ``amount`` (admins only); audited."""
+        """Top up ``user`` on ``dataset`` by ``amount`` (admins only); audited.
+
+        The grant row and its audit row share one id.
+        """
         if self.policy.user(admin).role != "admin":
             raise AccessDenied(f"{admin} is an analyst; only an administrator can grant budget")
         self.policy.user(user)
         self.policy.dataset(dataset)
         amount = amount.to(self.policy.accounting)
-        with self.store.lock, self.store.transaction() as cur:
-            event = self.store.next_id()
+        with _writing(self.store) as (cur, books):
+            row = self._row(books.take_id(cur), admin, dataset, "grant",
+                            f"grant {user} {dataset} {amount.describe(self.policy.delta)}",
+                            amount, "granted", None)
             cur.execute("INSERT INTO dpsql.grants VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        [event, now(), user, dataset, amount.kind, amount.units, amount.infinite,
-                         admin, self.policy.fingerprint])
-            self._audit(cur, self.store.next_id(), admin, dataset, "grant",
-                        f"grant {user} {dataset} {amount.describe(self.policy.delta)}", amount,
-                        "granted", None)
-            _standings_of(self.store).forget(dataset)
+                        [row.id, row.at, user, dataset, amount.kind, amount.units,
+                         amount.infinite, admin, self.policy.fingerprint])
+            row.insert(cur)
+            books.add("grant", dataset, user, amount)
         return self.budget(user, dataset)
 
-    def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
-        """Audit rows, newest last, optionally for one user and the last ``last`` only."""
-        self.store.flush()  # outcomes of answered requests are written off the answer path
-        sql = ("SELECT id, ts, user_name, dataset, action, statement, kind, units, infinite, "
-               "outcome, reason, fingerprint FROM dpsql.audit")
-        params: list[Any] = []
-        if user:
-            sql += " WHERE user_name = ?"
-            params.append(user)
-        sql += " ORDER BY id DESC"
-        if last:
-            sql += f" LIMIT {int(last)}"
-        rows = self.store.cursor().execute(sql, params).fetchall()
-        keys = ("id", "at", "user", "dataset", "action", "statement", "kind", "units",
-                "infinite", "outcome", "reason", "fingerprint")
-        out = []
-        for row in reversed(rows):
-            entry = dict(zip(keys, row, strict=False))
-            kind, units, infinite = entry.pop("kind"), entry.pop("units"), entry.pop("infinite")
-            entry["cost"] = PrivacyCost(kind, int(units), bool(infinite)) if kind else None
-            out.append(entry)
-        return out
 
+def apply_policy(store: Store, policy: Policy, applied_by: str,
+                 prepare: Callable[[duckdb.DuckDBPyConnection], list[str]] | None = None
+                 ) -> list[str]:
+    """Make ``policy`` the store's active one, audited in the same transaction."""
+    def audit(cur: duckdb.DuckDBPyConnection, changes: list[str]) -> None:
+        Ledger(store, policy).record(applied_by, None, f"policy apply {policy.source}",
+                                     "applied", "; ".join(changes), action="policy",
+                                     cursor=cur)
 
-@dataclass
-class _Request:
-    """One pending charge and, once its batch commits, its outcome."""
-
-    ledger: Ledger
-    user: str
-    dataset: str
-    cost: PrivacyCost
-    statement: str
-    action: str
-    caller_audits: bool = False
-    finished: bool = False
-    result: Charge | None = None
-    error: BaseException | None = None
-
-
-def _commit_batch(store: Store, batch: list[_Request]) -> None:
-    """Debit a batch of requests in order with one durable INSERT (caller holds store.lock).
-
-    The charges are committed when this returns, and so are the audit rows of
-    refused requests (nothing else would record them). The audit rows of
-    charged requests follow on the store's writer thread (or from the caller,
-    with ``caller_audits``), off the answer path; if the process ends first,
-    reopening the store rebuilds them from the charges, which carry their
-    request (:meth:`dpsql.store.Store.open`).
-    """
-    cur = store.cursor()
-    user_extra: dict[tuple[str, str], PrivacyCost] = {}
-    dataset_extra: dict[str, PrivacyCost] = {}
-    standings: dict[tuple[str, str, str], Budget] = {}
-    audit_rows: list[list[Any]] = []
-    charge_rows: list[list[Any]] = []
-    try:
-        ids = store.next_ids(len(batch))
-        for request, event in zip(batch, ids, strict=True):
-            ledger, policy = request.ledger, request.ledger.policy
-            key = (request.user, request.dataset, policy.fingerprint)
-            if key not in standings:
-                standings[key] = ledger.budget(request.user, request.dataset, cur)
-            base = standings[key]
-            zero = PrivacyCost.zero(policy.accounting)
-            spent = base.spent + user_extra.get((request.user, request.dataset), zero)
-            total = base.dataset_spent + dataset_extra.get(request.dataset, zero)
-            standing = replace(base, spent=spent, dataset_spent=total)
-            cap = policy.dataset(request.dataset).query_cap
-            reason = ledger._refusal(standing, request.cost,
-                                     cap if request.action == "query" else None)
-            cost = request.cost
-            statement = storable(request.statement[:10_000])
-            audit_rows.append([event, now(), request.user, request.dataset, request.action,
-                               statement, cost.kind, cost.units, cost.infinite,
-                               "refused" if reason else "charged", reason, policy.fingerprint])
-            if reason:
-                request.error = BudgetExceeded(reason)
-                continue
-            charge_rows.append([event, now(), request.user, request.dataset, cost.kind,
-                                cost.units, cost.infinite, policy.fingerprint, event,
-                                request.action, statement])
-            user_extra[(request.user, request.dataset)] = \
-                user_extra.get((request.user, request.dataset), zero) + cost
-            dataset_extra[request.dataset] = dataset_extra.get(request.dataset, zero) + cost
-            after = replace(base, spent=spent + cost, dataset_spent=total + cost)
-            audit_row = None
-            if request.caller_audits:
-                audit_row = tuple(audit_rows.pop())
-            request.result = Charge(event, cost, after.remaining, audit_row)
-        kept = _standings_of(store)
-        counted = False
-        try:
-            _insert(cur, _CHARGES, charge_rows)  # one statement, committed on its own
-            for request in batch:
-                if request.result is not None:
-                    kept.add("charge", request.dataset, request.user, request.cost)
-            counted = True
-        finally:
-            if not counted:  # interrupted: the INSERT may have committed, so read it again
-                for request in batch:
-                    kept.forget(request.dataset)
-        _insert(cur, "dpsql.audit", [r for r in audit_rows if r[9] == "refused"])
-    except BaseException as err:
-        for request in batch:
-            request.result, request.error = None, err
-        raise
-    finally:
-        cur.close()
-        for request in batch:
-            request.finished = True
-    charged = [r for r in audit_rows if r[9] != "refused"]
-    if charged:
-        store.defer(lambda c: _insert(c, "dpsql.audit", charged))
+    return store.apply_policy(policy, applied_by, prepare, audit=audit)
 
 
 _CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, fingerprint, "
@@ -474,12 +450,3 @@ _CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, f
 def storable(text: str) -> str:
     """``text`` as valid UTF-8 (DuckDB refuses lone surrogates, which stand for bad bytes)."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _insert(cur: duckdb.DuckDBPyConnection, table: str, rows: list[list[Any]]) -> None:
-    """Insert ``rows`` with one statement (``executemany`` runs one per row)."""
-    if not rows:
-        return
-    marks = "(" + ", ".join("?" * len(rows[0])) + ")"
-    cur.execute(f"INSERT INTO {table} VALUES " + ", ".join([marks] * len(rows)),
-                [value for row in rows for value in row])

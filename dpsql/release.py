@@ -114,14 +114,14 @@ def release(session: Session, dataset: str, synthesizer: str, *, name: str,
     except BaseException as err:
         kept = f"; the charge of {plan.cost.describe(session.policy.delta)} stays" \
             if plan.dp else ""
-        ledger.finish(audit_id, "failed", f"{type(err).__name__}{kept}")
+        ledger.settle(audit_id, "failed", f"{type(err).__name__}{kept}")
         if isinstance(err, DPSQLError) or not isinstance(err, Exception):
             raise
         raise ReleaseError(
             f"the release failed ({type(err).__name__}); nothing was written{kept} (budget "
             "is never refunded); set DPSQL_DEBUG=1 for details"
         ) from err
-    ledger.finish(audit_id, "released")
+    ledger.settle(audit_id, "released")
     return result
 
 
@@ -470,9 +470,9 @@ def release_more(session: Session, name: str, copies: int, *, seed: int | None =
         _append(store, entry, record, table)
         report("write", 1, 1)
     except BaseException as err:
-        session.ledger.finish(audit_id, "failed", type(err).__name__)
+        session.ledger.settle(audit_id, "failed", type(err).__name__)
         raise
-    session.ledger.finish(audit_id, "released")
+    session.ledger.settle(audit_id, "released")
     return Release(name, record["release_id"], record)
 
 

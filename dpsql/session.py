@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from dpsql.errors import AccessDenied, ConfigurationError
 from dpsql.interrupt import Interrupter
-from dpsql.ledger import Budget, Ledger
+from dpsql.ledger import Budget, Ledger, apply_policy
 from dpsql.policy import Dataset, Policy, User
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.store import Store, check_identifier
@@ -137,7 +137,7 @@ class Session:
                 cur, tables[ds.name], ds, self.store.table_columns(ds.table), outside)]
             return [f"{o.describe(examples=False)}: --outside {outside}" for o in found]
 
-        return self.store.apply_policy(policy, self.user, prepare)
+        return apply_policy(self.store, policy, self.user, prepare)
 
     def check_domain(self, policy: Policy | None = None) -> list[Outside]:
         """Per column, the rows outside the domains ``policy`` (default: the active one) declares.
@@ -180,7 +180,10 @@ class Session:
         from dpsql.query.answer import run_statement
 
         with self.interrupts.statement():
-            return run_statement(self, text)
+            answer = run_statement(self.context(), text)
+        if answer.options is not None:  # SET or RESET changed this session's options
+            self.options = dict(answer.options)
+        return answer
 
     def interrupt(self) -> None:
         """Stop the statement this session runs now, from another thread (timeout, cancel).
@@ -291,7 +294,7 @@ def init(path: str | Path, policy: Policy | str | Path,
                     f"{old} -> {new}" for old, new in renames.items()))
             audited += [ds.name for ds in checked]
         notes += store.check_policy(policy)
-        store.apply_policy(policy, actor)
+        apply_policy(store, policy, actor)
         for name in audited:
             Ledger(store, policy).record(actor, name, f"domain check of table "
                                          f"{policy.datasets[name].table} at import", "read",

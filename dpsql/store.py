@@ -7,8 +7,11 @@ Every connection dpsql opens on a store is hardened: external access off
 configuration locked. Files are read by a separate in-memory DuckDB
 (:func:`read_file`) and written by pyarrow, never by the store's connection.
 
-DuckDB lets one process write a file at a time; a second writer gets
-:class:`StoreError` instead of a corrupt file.
+DuckDB lets one process open a file for writing at a time (its file lock); a
+second process gets :class:`StoreError` instead of a corrupt file. Within the
+process there is one :class:`Store` per file, and every write transaction holds
+its write lock (:meth:`Store.transaction`). The bookkeeping rows (charges,
+grants, audit, stored answers) are written by :mod:`dpsql.ledger` only.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ import re
 import secrets
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,7 +38,7 @@ from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.policy import Policy, did_you_mean
 from dpsql.synth.base import known_names
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -97,13 +100,20 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "ALTER TABLE dpsql.charges ADD COLUMN action VARCHAR",
         "ALTER TABLE dpsql.charges ADD COLUMN statement VARCHAR",
     ]),
+    # 5: a charge now commits with its audit row; rebuild, once, any row that an older
+    # dpsql (which wrote it after the charge) did not live to write.
+    (5, [
+        "INSERT INTO dpsql.audit SELECT c.audit_id, c.ts, c.user_name, c.dataset, "
+        "coalesce(c.action, 'query'), c.statement, c.kind, c.units, c.infinite, "
+        "'charged', 'the process ended before the outcome was recorded', c.fingerprint "
+        "FROM dpsql.charges c ANTI JOIN dpsql.audit a ON a.id = c.audit_id",
+    ]),
 ]
 
 logger = logging.getLogger(__name__)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _open_stores: dict[tuple[int, int] | None, Store] = {}  # by (device, inode): links share one
-_open_lock = threading.Lock()
-_ID_BLOCK = 64
+_open_lock = threading.Lock()  # guards _open_stores: one Store per file in the process
 T = TypeVar("T")
 
 
@@ -174,17 +184,12 @@ class Store:
         self._con = connection
         self._users = 1
         self._key: tuple[int, int] | None = None  # (device, inode) of the file, once open
-        self.lock = threading.RLock()  # serializes writes that must read-check-write
-        self.pending: list[Any] = []  # ledger charges waiting for the next group commit
-        self.pending_lock = threading.Lock()
-        self._writer: ThreadPoolExecutor | None = None
-        self._writer_lock = threading.Lock()
-        self._held = threading.local()  # writes deferred inside holding_writes()
+        # Held by every write transaction: they read, check, then write (budgets, ids,
+        # policy versions), and DuckDB would abort a second concurrent writer of a row.
+        self.lock = threading.RLock()
         self._policy_cache: tuple[int, Policy] | None = None
-        self._ids: list[int] = []
-        self._ids_lock = threading.Lock()
         self._state: dict[type, Any] = {}
-        self._state_lock = threading.Lock()
+        self._state_lock = threading.Lock()  # guards _state: one kind() per open store
 
     # -- opening ----------------------------------------------------------------
     @classmethod
@@ -210,7 +215,6 @@ class Store:
             store = cls(resolved, _connect(resolved))
             try:
                 store._migrate(create)
-                store._recover_audit()
                 store._install_udfs()
                 store._key = _file_identity(resolved)
                 if store._key is None:
@@ -228,94 +232,11 @@ class Store:
             if self._users > 0:
                 return
             _open_stores.pop(self._key, None)
-            self.flush()
-            if self._writer is not None:
-                self._writer.shutdown(wait=True)
             for state in self._state.values():  # e.g. the free queries' isolated database
                 close = getattr(state, "close", None)
                 if callable(close):
                     close()
             self._con.close()
-
-    # -- deferred writes ------------------------------------------------------------------
-    def defer(self, write: Callable[[duckdb.DuckDBPyConnection], None],
-              after: Callable[[], None] | None = None, *, hold: bool = False) -> None:
-        """Run ``write`` soon in its own transaction on the store's writer thread.
-
-        For bookkeeping that must not delay an answer but need not be durable
-        before it is returned (stored answers, audit outcomes); never for
-        charges, which commit before anything private is computed. Writes run
-        in order; ``after`` runs once the transaction is over (committed or not);
-        :meth:`flush` waits for them. With ``hold`` (the calling thread's own
-        bookkeeping) a write made inside :meth:`holding_writes` waits for the
-        block to end.
-        """
-        held = getattr(self._held, "writes", None)
-        if hold and held is not None:
-            held.append((write, after))
-            return
-        self.later(lambda: self._run_deferred(write, after))
-
-    def later(self, task: Callable[[], None]) -> None:
-        """Run ``task`` soon on the store's writer thread, in order with deferred writes.
-
-        :meth:`flush` and :meth:`close` wait for it.
-        """
-        with self._writer_lock:
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(1, thread_name_prefix="dpsql-store-writer")
-            self._writer.submit(task)
-
-    @contextmanager
-    def holding_writes(self) -> Iterator[None]:
-        """Keep this thread's held writes (``defer(..., hold=True)``) until the block ends.
-
-        The writer's Python work would otherwise compete for the interpreter with
-        the answer still being built. A block inside another one changes nothing;
-        :meth:`flush` inside the block queues the held writes first.
-        """
-        if getattr(self._held, "writes", None) is not None:
-            yield
-            return
-        self._held.writes = []
-        try:
-            yield
-        finally:
-            self._queue_held()
-            self._held.writes = None
-
-    def _queue_held(self) -> None:
-        """Queue this thread's held writes, in order."""
-        held = getattr(self._held, "writes", None)
-        if not held:
-            return
-        self._held.writes = []
-        for write, after in held:
-            try:
-                self.defer(write, after)
-            except RuntimeError:  # the store closed meanwhile: lost, as in a crash
-                logger.exception("a held write to %s was dropped", self.path.name)
-                if after is not None:
-                    after()
-
-    def _run_deferred(self, write: Callable[[duckdb.DuckDBPyConnection], None],
-                      after: Callable[[], None] | None) -> None:
-        try:
-            with self.lock, self.transaction() as cur:
-                write(cur)
-        except Exception:  # the write is bookkeeping: report it, never crash the writer
-            logger.exception("a deferred write to %s failed", self.path.name)
-        finally:
-            if after is not None:
-                after()
-
-    def flush(self) -> None:
-        """Wait until every deferred write so far has committed (read your own writes)."""
-        self._queue_held()
-        with self._writer_lock:
-            writer = self._writer
-        if writer is not None:
-            writer.submit(lambda: None).result()
 
     def __enter__(self) -> Store:
         return self
@@ -353,15 +274,6 @@ class Store:
                     cur.execute("INSERT INTO dpsql.meta VALUES ('secret', ?), ('created_at', ?)",
                                 [secrets.token_hex(32), now().isoformat()])
 
-    def _recover_audit(self) -> None:
-        """Audit rows for charges whose row the last process did not live to write."""
-        with self.transaction() as cur:
-            cur.execute(
-                "INSERT INTO dpsql.audit SELECT c.audit_id, c.ts, c.user_name, c.dataset, "
-                "coalesce(c.action, 'query'), c.statement, c.kind, c.units, c.infinite, "
-                "'charged', 'the process ended before the outcome was recorded', c.fingerprint "
-                "FROM dpsql.charges c ANTI JOIN dpsql.audit a ON a.id = c.audit_id")
-
     def _install_udfs(self) -> None:
         with self.transaction() as cur:
             install_udfs(cur)
@@ -373,17 +285,18 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A cursor inside BEGIN ... COMMIT (ROLLBACK on any error)."""
-        cur = self._con.cursor()
-        cur.execute("BEGIN TRANSACTION")
-        try:
-            yield cur
-        except BaseException:
-            cur.execute("ROLLBACK")
+        """A cursor inside BEGIN ... COMMIT (ROLLBACK on any error), under the write lock."""
+        with self.lock:
+            cur = self._con.cursor()
+            cur.execute("BEGIN TRANSACTION")
+            try:
+                yield cur
+            except BaseException:
+                cur.execute("ROLLBACK")
+                cur.close()
+                raise
+            cur.execute("COMMIT")
             cur.close()
-            raise
-        cur.execute("COMMIT")
-        cur.close()
 
     def state(self, kind: type[T]) -> T:
         """This open store's one ``kind()``, made on first use.
@@ -397,31 +310,13 @@ class Store:
                 found = self._state[kind] = kind()
             return found
 
-    def next_id(self) -> int:
-        """A fresh event id (audit, charges, grants share one sequence)."""
-        return self.next_ids(1)[0]
-
-    def next_ids(self, count: int) -> list[int]:
-        """``count`` fresh, increasing event ids.
-
-        Drawn from a block reserved from the store's sequence ahead of time (one
-        statement per ``_ID_BLOCK`` ids instead of one per id). Ids stay unique and
-        increasing: this process is the file's only writer and draws every id here;
-        a block left unused when the process ends is a gap, nothing more.
-        """
-        with self._ids_lock:
-            while len(self._ids) < count:
-                rows = self._con.cursor().execute(
-                    "SELECT nextval('dpsql.event_ids') FROM range(?)",
-                    [max(_ID_BLOCK, count)]).fetchall()
-                self._ids.extend(sorted(int(r[0]) for r in rows))
-            out, self._ids[:count] = self._ids[:count], []
-            return out
-
     # -- state ------------------------------------------------------------------------
-    @property
+    @cached_property
     def secret(self) -> str:
-        """The per-store random secret (seeds contribution sampling); never shown to analysts."""
+        """The per-store random secret (seeds contribution sampling); never shown to analysts.
+
+        Fixed when the store is created, so it is read once.
+        """
         row = self.cursor().execute("SELECT value FROM dpsql.meta WHERE key = 'secret'").fetchone()
         assert row is not None
         return str(row[0])
@@ -473,7 +368,7 @@ class Store:
             pairs = zip(data.column_names, names, strict=True)
             renames = {old: new for old, new in pairs if old != new}
             data = data.rename_columns(names)
-        with self.lock, self.transaction() as cur:
+        with self.transaction() as cur:
             if name in self.tables() and not replace:
                 raise ConfigurationError(f"table {name!r} already exists; pass --replace to "
                                          "overwrite it")
@@ -501,7 +396,8 @@ class Store:
         """The number of the active policy version (0: none yet).
 
         Cached: this process holds the file's only write lock, so a policy can
-        change only through :meth:`apply_policy`, which clears the cache.
+        change only through :meth:`apply_policy`, which clears the cache (under the
+        write lock, after its commit).
         """
         if self._policy_cache:
             return self._policy_cache[0]
@@ -509,20 +405,26 @@ class Store:
         return int(row[0]) if row and row[0] is not None else 0
 
     def active_policy(self) -> Policy:
-        """The policy in force (the latest applied), parsed and cached by version."""
-        version = self.policy_version()
-        if version == 0:
-            raise StoreError(f"{self.path} has no policy yet; apply one with: "
-                             "dpsql policy apply POLICY.yaml")
-        if self._policy_cache and self._policy_cache[0] == version:
-            return self._policy_cache[1]
-        row = self.cursor().execute("SELECT text FROM dpsql.policies WHERE version = ?",
-                                    [version]).fetchone()
-        assert row is not None
-        policy = Policy.from_text(row[0], source=f"{self.path.name} policy v{version}",
-                                  stored=True)
-        self._policy_cache = (version, policy)
-        return policy
+        """The policy in force (the latest applied), parsed and cached by version.
+
+        A miss reads under the write lock, so it cannot keep a version that an
+        :meth:`apply_policy` committing meanwhile replaces.
+        """
+        cached = self._policy_cache
+        if cached:
+            return cached[1]
+        with self.lock:
+            version = self.policy_version()
+            if version == 0:
+                raise StoreError(f"{self.path} has no policy yet; apply one with: "
+                                 "dpsql policy apply POLICY.yaml")
+            row = self.cursor().execute("SELECT text FROM dpsql.policies WHERE version = ?",
+                                        [version]).fetchone()
+            assert row is not None
+            policy = Policy.from_text(row[0], source=f"{self.path.name} policy v{version}",
+                                      stored=True)
+            self._policy_cache = (version, policy)
+            return policy
 
     def check_policy(self, policy: Policy) -> list[str]:
         """Check the policy against the tables; returns notes (undeclared columns, hidden)."""
@@ -552,12 +454,15 @@ class Store:
         return notes
 
     def apply_policy(self, policy: Policy, applied_by: str,
-                     prepare: Callable[[duckdb.DuckDBPyConnection], list[str]] | None = None
+                     prepare: Callable[[duckdb.DuckDBPyConnection], list[str]] | None = None,
+                     *, audit: Callable[[duckdb.DuckDBPyConnection, list[str]], None]
                      ) -> list[str]:
         """Record ``policy`` as the active one; returns the list of changes.
 
         ``prepare(cursor)``, when given, runs first in the same transaction (e.g. to
-        drop rows outside the new domains) and returns lines added to the changes.
+        drop rows outside the new domains) and returns lines added to the changes;
+        ``audit(cursor, changes)`` writes the audit row in it
+        (:func:`dpsql.ledger.apply_policy` passes it).
         """
         self.check_policy(policy)
         with self.lock:
@@ -573,12 +478,7 @@ class Store:
                     [version + 1, policy.fingerprint, policy.text, applied_by, now(),
                      "\n".join(changes)],
                 )
-                cur.execute(
-                    "INSERT INTO dpsql.audit (id, ts, user_name, action, statement, outcome, "
-                    "reason, fingerprint) VALUES (?, ?, ?, 'policy', ?, 'applied', ?, ?)",
-                    [self.next_id(), now(), applied_by, f"policy apply {policy.source}",
-                     "; ".join(changes)[:2000], policy.fingerprint],
-                )
+                audit(cur, changes)
             self._policy_cache = None
         return changes
 

@@ -129,7 +129,7 @@ def test_charge_survives_sigkill(store_path):
 def test_audit_records_fingerprint_and_finish(store_path):
     with dpsql.connect(store_path, "alice") as alice:
         charge = alice.ledger.charge("alice", "adult", alice.cost(epsilon="0.1"), "SELECT 1")
-        alice.ledger.finish(charge.id, "answered")
+        alice.ledger.settle(charge.id, "answered")
         entry = alice.audit(last=1)[0]
         assert entry["outcome"] == "answered"
         assert entry["fingerprint"] == alice.policy.fingerprint
@@ -274,12 +274,11 @@ def test_standing_kept_in_memory_matches_the_ledger_tables(make_store):
     assert kept.spent == PrivacyCost.pure("1.2")
 
 
-def test_audit_row_rebuilt_when_the_process_dies_before_writing_it(store_path):
+def test_a_charge_commits_with_its_open_audit_row(store_path):
     code = textwrap.dedent(f"""
         import os, signal, dpsql
         s = dpsql.connect({str(store_path)!r}, "alice")
-        charge = s.ledger.charge("alice", "adult", s.cost(epsilon="0.5"), "SELECT 42",
-                                 caller_audits=True)
+        charge = s.ledger.charge("alice", "adult", s.cost(epsilon="0.5"), "SELECT 42")
         print(charge.id, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     """)
@@ -290,11 +289,11 @@ def test_audit_row_rebuilt_when_the_process_dies_before_writing_it(store_path):
     with dpsql.connect(store_path, "alice") as alice:
         entry = alice.audit(last=1)[0]
         assert entry["id"] == int(result.stdout.split()[0])
-        assert (entry["statement"], entry["outcome"]) == ("SELECT 42", "charged")
-        assert "process ended" in entry["reason"]
+        assert (entry["statement"], entry["outcome"]) == ("SELECT 42", "charged")  # still open
+        assert entry["reason"] is None
         assert entry["cost"] == alice.cost(epsilon="0.5")
         later = alice.ledger.charge("alice", "adult", alice.cost(epsilon="0.1"), "later")
-        assert later.id > entry["id"]  # ids keep increasing across processes
+        assert later.id == entry["id"] + 1  # consecutive across processes
 
 
 def test_refusals_are_recorded_before_the_refusal_returns(store_path):
@@ -317,6 +316,7 @@ def test_refusals_are_recorded_before_the_refusal_returns(store_path):
 
 
 def test_an_interrupted_charge_is_counted_from_the_ledger(make_store, monkeypatch):
+    """Interrupted inside its transaction, a charge rolls back: nothing counted, no id lost."""
     from dpsql import ledger as ledger_module
 
     path = make_store(policy_text())
@@ -326,10 +326,13 @@ def test_an_interrupted_charge_is_counted_from_the_ledger(make_store, monkeypatc
         def interrupted(*args, **kwargs):
             raise KeyboardInterrupt  # e.g. Ctrl-C in a notebook, after the INSERT
 
-        monkeypatch.setattr(ledger_module._Standings, "add", interrupted)
+        before = alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.1"), "before")
+        monkeypatch.setattr(ledger_module._Books, "add", interrupted)
         with pytest.raises(KeyboardInterrupt):
             alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.6"), "interrupted")
         monkeypatch.undo()
-        assert alice.ledger.budget("alice", "adult").spent == PrivacyCost.pure("0.6")
+        assert alice.ledger.budget("alice", "adult").spent == PrivacyCost.pure("0.1")
+        after = alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.6"), "after")
+        assert after.id == before.id + 1
         with pytest.raises(BudgetExceeded):
             alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.6"), "one too many")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 
 import duckdb
 import pytest
@@ -158,33 +157,3 @@ def test_policy_history_keeps_every_version(admin, tmp_path):
     history = admin.store.policy_history()
     assert [h["version"] for h in history] == [1, 2]
     assert admin.policy.users["alice"].budgets["adult"] == admin.cost(epsilon=3)
-
-
-def test_held_writes_wait_for_the_block_and_flush_queues_them(store_path):
-    def note(n):
-        return lambda cur: cur.execute("INSERT INTO held VALUES (?)", [n])
-
-    def rows(store):
-        return sorted(r[0] for r in store.cursor().execute("SELECT n FROM held").fetchall())
-
-    def held_then_failed(store, seen):
-        with store.holding_writes():
-            store.defer(note(1), hold=True)
-            store.defer(note(2))  # not the caller's own (another request's row): at once
-            with store.holding_writes():  # nested: still held by the outer block
-                store.defer(note(3), hold=True)
-            time.sleep(0.2)  # the writer has long finished what was queued
-            seen.append(rows(store))
-            store.flush()  # read your own writes: queues the held ones first
-            seen.append(rows(store))
-            store.defer(note(4), hold=True)
-            raise RuntimeError("the block failed")
-
-    with Store.open(store_path) as store:
-        store.cursor().execute("CREATE TABLE held (n INTEGER)")
-        seen = []
-        with pytest.raises(RuntimeError, match="the block failed"):
-            held_then_failed(store, seen)
-        assert seen == [[2], [1, 2, 3]]
-        store.flush()
-        assert rows(store) == [1, 2, 3, 4]  # queued even though the block raised

@@ -242,7 +242,7 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
                             bootstrap_ideal(true, sizes, np.random.default_rng(seed)),
                             true_tables, synthetic_tables)
     except BaseException as err:
-        ledger.finish(audit_id, "failed", f"not DP: the evaluation failed ({type(err).__name__})")
+        ledger.settle(audit_id, "failed", f"not DP: the evaluation failed ({type(err).__name__})")
         raise
-    ledger.finish(audit_id, "evaluated")
+    ledger.settle(audit_id, "evaluated")
     return result

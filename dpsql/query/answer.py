@@ -3,34 +3,35 @@
 ``run_statement`` handles DP SELECTs, ``SET``/``RESET``/``SHOW dpsql.*``,
 ``SHOW dpsql.budget`` and ``SELECT * FROM dpsql_budget()``, ``EXPLAIN PRIVACY``
 and read-only queries over ``released.*`` tables. A DP query goes: parse and
-validate -> plan (or reuse the user's plan of the same text,
-:mod:`dpsql.query.plancache`) -> calibrate noise (refusals cost nothing, but for
-a kept plan whose table changed under it) -> cache lookup ->
-**charge** -> run the generated SQL -> expand the public keys -> add noise ->
-store the noisy measures -> post-process. The ledger charges before any
-private value is computed; while the charge commits, a helper thread checks
-that a kept plan's table still has its column types and binds the generated
-SQL, and another draws the noise while the query runs (neither reads a
-private value). Any failure after the charge keeps the charge and gives one
-fixed reply and audit reason, whatever the rows or the database's message.
+validate -> plan (or reuse the user's plan of the same text while its table keeps
+its column types, :mod:`dpsql.query.plancache`) -> calibrate noise -> cache
+lookup -> bind the generated SQL (refusals up to here cost nothing) -> **charge**
+-> run the generated SQL -> expand the public keys -> add noise -> settle the
+request with the stored noisy measures -> post-process. The ledger charges
+before any private value is computed. Any failure after the charge keeps the
+charge and gives one fixed reply and audit reason, whatever the rows or the
+database's message.
+
+The code here receives the request's immutable :class:`~dpsql.context.Context`,
+never the Session: a ``SET`` returns the new options in :attr:`Answer.options`
+for the session to keep.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
-import threading
 from collections.abc import Iterator, Mapping
-from concurrent import futures
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql.context import Context
 from dpsql.errors import ConfigurationError, InternalError, QueryCanceled, QueryRejected
 from dpsql.ledger import Ledger
 from dpsql.policy import Dataset, Policy
@@ -52,7 +53,8 @@ from dpsql.query.plancache import Entry, plans_of
 from dpsql.query.planner import plan_query
 from dpsql.query.post import answer_table, base_table
 from dpsql.query.released import check_released, reads_released
-from dpsql.query.render import Context, calibrate, clamped_columns, expand_public_keys, to_sql
+from dpsql.query.render import Context as SQLContext
+from dpsql.query.render import calibrate, clamped_columns, expand_public_keys, to_sql
 from dpsql.query.statement import (
     ExplainStatement,
     QueryStatement,
@@ -61,9 +63,6 @@ from dpsql.query.statement import (
     ShowStatement,
     classify,
 )
-
-if TYPE_CHECKING:
-    from dpsql.session import Session
 
 DEFAULT_CONFIDENCE = 0.95
 #: The one reply to any failure after a charge (engine error, bug) and its audit
@@ -97,6 +96,7 @@ class Answer:
     notice: str | None = None
     status: str = ""
     audit_id: int | None = None
+    options: Mapping[str, Any] | None = None  # the session's new options after SET/RESET
 
     def to_pandas(self) -> Any:
         """The rows as a pandas DataFrame."""
@@ -113,54 +113,45 @@ class Answer:
         }
 
 
-def engine_for(session: Session) -> Engine:
-    """The engine that runs generated SQL for ``session``'s store."""
-    return DuckDBEngine(session.store, session.interrupts)
-
-
 @dataclass(frozen=True)
 class _Call:
-    """One statement's view of the session: the policy in force when it arrived."""
+    """One statement: its request context, ledger and engine (one snapshot)."""
 
-    session: Session
-    policy: Policy
+    ctx: Context
     ledger: Ledger
     engine: Engine
 
     @property
     def user(self) -> str:
-        return self.session.user
+        return self.ctx.user
+
+    @property
+    def policy(self) -> Policy:
+        return self.ctx.policy
 
     @property
     def zero(self) -> PrivacyCost:
         return PrivacyCost.zero(self.policy.accounting)
 
 
-def run_statement(session: Session, text: str) -> Answer:
-    """Answer one statement as ``session``'s user; rejections are audited and re-raised."""
-    policy = session.policy
-    call = _Call(session, policy, Ledger(session.store, policy), engine_for(session))
-    with session.store.holding_writes():  # the bookkeeping starts once the answer is ready
-        try:
-            return _statement(call, text)
-        finally:
-            call.engine.close()
+def run_statement(ctx: Context, text: str) -> Answer:
+    """Answer one statement for the request ``ctx``; rejections are audited and re-raised."""
+    call = _Call(ctx, ctx.ledger, DuckDBEngine(ctx.store, ctx.interrupts))
+    try:
+        return _statement(call, text)
+    finally:
+        call.engine.close()
 
 
 def _statement(call: _Call, text: str) -> Answer:
-    session = call.session
     try:
         _check_encoding(text)
         entry = _reused(call, text)
         if entry is not None:  # planned before: a DP query (same text and policy)
             return _dp(call, entry, text, checked=False)
         statement = classify(text)
-        if isinstance(statement, SetStatement):
-            set_option(session.options, statement.name, statement.value)
-            return Answer(pa.table({}), "set", call.zero, status="SET")
-        if isinstance(statement, ResetStatement):
-            reset_option(session.options, statement.name)
-            return Answer(pa.table({}), "set", call.zero, status="RESET")
+        if isinstance(statement, (SetStatement, ResetStatement)):
+            return _set(call, statement)
         if isinstance(statement, ShowStatement):
             return _show(call, statement.name, text)
         if isinstance(statement, ExplainStatement):
@@ -173,13 +164,24 @@ def _statement(call: _Call, text: str) -> Answer:
             return _explain(call, inner.ast, statement.text, text)
         return _query(call, statement.ast, text)
     except RecursionError:  # an expression too deep for one of the passes over it
-        call.ledger.record(session.user, None, text, "rejected",
-                           reason=str(nested_too_deeply()))
+        call.ledger.record(call.user, None, text, "rejected", reason=str(nested_too_deeply()))
         raise nested_too_deeply() from None
     except (QueryRejected, ConfigurationError) as err:
-        if not isinstance(err, _RefusedAfterCharge):  # that one closed its charge
-            call.ledger.record(session.user, None, text, "rejected", reason=str(err)[:2000])
+        call.ledger.record(call.user, None, text, "rejected", reason=str(err)[:2000])
         raise
+
+
+def _set(call: _Call, statement: SetStatement | ResetStatement) -> Answer:
+    """SET or RESET an option: the answer carries the session's new options."""
+    options = dict(call.ctx.options)
+    if isinstance(statement, SetStatement):
+        set_option(options, statement.name, statement.value)
+        status = "SET"
+    else:
+        reset_option(options, statement.name)
+        status = "RESET"
+    return Answer(pa.table({}), "set", call.zero, status=status,
+                  options=MappingProxyType(options))
 
 
 def _check_encoding(text: str) -> None:
@@ -199,28 +201,28 @@ def _budget_call(ast: exp.Expr) -> bool:
 
 
 def _show(call: _Call, name: str, text: str) -> Answer:
-    session, zero = call.session, call.zero
+    ctx, zero = call.ctx, call.zero
     lowered = name.lower()
     if lowered == "dpsql.budget":
         return _budget(call, "SHOW")
     if lowered in ("all", "dpsql.all"):
-        return Answer(meta.all_options(session), "show", zero, status="SHOW")
+        return Answer(meta.all_options(ctx), "show", zero, status="SHOW")
     if lowered == "dpsql.datasets":
-        return Answer(meta.datasets_table(session), "show", zero, status="SHOW")
+        return Answer(meta.datasets_table(ctx), "show", zero, status="SHOW")
     if lowered == "dpsql.released":
-        return Answer(meta.released_table(session), "show", zero, status="SHOW")
+        return Answer(meta.released_table(ctx), "show", zero, status="SHOW")
     try:
         short = option_name(name)
     except QueryRejected as err:
         raise reject(text, f"SHOW {name} is not available", 0, construct="SHOW",
                      advice="SHOW dpsql.<option>, dpsql.budget, dpsql.datasets, "
                      "dpsql.released or ALL") from err
-    return Answer(meta.option_rows(session, [short]), "show", zero, status="SHOW")
+    return Answer(meta.option_rows(ctx, [short]), "show", zero, status="SHOW")
 
 
 def _budget(call: _Call, status: str | None = None) -> Answer:
     """The caller's budgets, with the line saying which unit adds up."""
-    table = meta.budget_table(call.session)
+    table = meta.budget_table(call.ctx)
     return Answer(table, "budget", call.zero, notice=meta.budget_note(call.policy.accounting),
                   status=status or f"SELECT {table.num_rows}")
 
@@ -240,11 +242,11 @@ def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
 
 def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
     """A free query: validated, then run on the isolated database (:mod:`dpsql.query.free`)."""
-    store = call.session.store
+    store = call.ctx.store
     with store.state(FreeDatabase).cursor(store) as (cursor, names):
         check_released(ast, text, set(names))
         try:
-            with call.session.interrupts.running(cursor):
+            with call.ctx.interrupts.running(cursor):
                 table = cursor.sql(ast.sql(dialect="duckdb")).to_arrow_table()
         except duckdb.Error as err:
             # The isolated database holds DP output only, so its message may be shown.
@@ -266,7 +268,7 @@ class _Prepared:
     cost: PrivacyCost
     noises: tuple[Noise, ...]
     key: str
-    ctx: Context
+    sql: SQLContext
 
     @property
     def plan(self) -> QueryPlan:
@@ -287,7 +289,7 @@ def _planned(call: _Call, ast: exp.Expr, text: str) -> Entry:
         raise reject(text, "a DP query needs at least one aggregate", ast,
                      construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
     entry = Entry(plan, types_of(plan.dataset))
-    plans_of(call.session.store).put(call.user, text, call.policy.fingerprint, entry)
+    plans_of(call.ctx.store).put(call.user, text, call.policy.fingerprint, entry)
     return entry
 
 
@@ -295,31 +297,17 @@ def _reused(call: _Call, text: str) -> Entry | None:
     """The plan of the user's ``text`` made under this policy, if kept.
 
     Its table's column types are compared with the plan's in the statement's
-    snapshot later: on a helper while the charge commits, or before a cached
-    answer is served (:func:`_dp`).
+    snapshot before it is used (:func:`_dp`).
     """
-    return plans_of(call.session.store).get(call.user, text, call.policy.fingerprint)
-
-
-class _TableChanged(Exception):
-    """A kept plan's table no longer has the column types the plan was made for."""
-
-
-class _RefusedAfterCharge(QueryRejected):
-    """A kept plan's text no longer plans, found after its charge (which stands)."""
-
-
-def _parsed_again(call: _Call, text: str) -> exp.Expr:
-    """Forget the stale kept plan of ``text`` and parse the text again."""
-    plans_of(call.session.store).drop(call.user, text, call.policy.fingerprint)
-    statement = classify(text)
-    assert isinstance(statement, QueryStatement)  # it was planned as a DP query before
-    return statement.ast
+    return plans_of(call.ctx.store).get(call.user, text, call.policy.fingerprint)
 
 
 def _again(call: _Call, text: str) -> Answer:
-    """Plan ``text`` anew (its kept plan is stale) and answer it."""
-    return _query(call, _parsed_again(call, text), text)
+    """Forget the stale kept plan of ``text``, plan the text anew and answer it."""
+    plans_of(call.ctx.store).drop(call.user, text, call.policy.fingerprint)
+    statement = classify(text)
+    assert isinstance(statement, QueryStatement)  # it was planned as a DP query before
+    return _query(call, statement.ast, text)
 
 
 def _same_types(call: _Call, dataset: Dataset, types: Mapping[str, str]) -> bool:
@@ -341,32 +329,27 @@ def _column_types(call: _Call, dataset: Dataset) -> dict[str, str]:
 def _prepare(call: _Call, entry: Entry) -> _Prepared:
     """Everything up to the cache look-up: price and calibrate (no SQL yet)."""
     plan = entry.plan
-    cost = query_cost(call.policy, plan.dataset, call.session.options, plan.options or {})
-    ctx = Context(cache.secret(call.session.store), entry.types, exact=cost.infinite)
-    noises = calibrate(plan, cost, call.policy.accounting, ctx)
+    cost = query_cost(call.policy, plan.dataset, call.ctx.options, plan.options or {})
+    sql = SQLContext(call.ctx.store.secret, entry.types, exact=cost.infinite)
+    noises = calibrate(plan, cost, call.policy.accounting, sql)
     key = cache.cache_key(call.user, call.policy.fingerprint, plan, cost)
-    return _Prepared(entry, cost, noises, key, ctx)
+    return _Prepared(entry, cost, noises, key, sql)
 
 
-def _bind(call: _Call, prepared: _Prepared, types: Mapping[str, str] | None = None) -> Prepared:
-    """Generate the SQL and bind it without reading data.
+def _bind(call: _Call, prepared: _Prepared) -> Prepared:
+    """Generate the SQL and bind it without reading data (before the charge: free).
 
     Only a query the cache cannot answer gets here, so only it reads the bounds
-    the database enforces (they decide which columns are clamped). With
-    ``types`` (a kept plan's), the table's column types are read first and must
-    match, or :class:`_TableChanged` is raised (also if the table cannot be read:
-    planning the text again then refuses it, and forgets the plan).
+    the database enforces (they decide which columns are clamped).
     """
     plan = prepared.plan
-    if types is not None and not _same_types(call, plan.dataset, types):
-        raise _TableChanged
     clamped = clamped_columns(plan)
     enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
                 if c in clamped} if clamped else {}
-    ctx = replace(prepared.ctx, enforced=enforced)
-    sql = prepared.entry.generated((ctx.exact, enforced), lambda: to_sql(plan, ctx))
+    sql = replace(prepared.sql, enforced=enforced)
+    query = prepared.entry.generated((sql.exact, enforced), lambda: to_sql(plan, sql))
     try:
-        return call.engine.prepare(sql)
+        return call.engine.prepare(query)
     except EngineError as err:
         raise InternalError("dpsql generated a query the database cannot plan; this is a "
                             "bug in dpsql, please report it with your query") from err
@@ -375,22 +358,16 @@ def _bind(call: _Call, prepared: _Prepared, types: Mapping[str, str] | None = No
 def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
     """Answer a DP query from its plan; ``checked``: the plan's types were read in this snapshot.
 
-    A kept plan (not ``checked``) is priced and charged while a helper reads its
-    table's types; if they changed, the text is planned again (after the charge,
-    under the same charge: the price depends on the options, not the types).
+    A kept plan (not ``checked``) is used only while its table has the column
+    types it was planned with; otherwise the text is planned again.
     """
-    try:
-        prepared = _prepare(call, entry)
-    except (QueryRejected, ConfigurationError):
-        if checked or _same_types(call, entry.plan.dataset, entry.types):
-            raise
+    if not checked and not _same_types(call, entry.plan.dataset, entry.types):
         return _again(call, text)
-    plan, store, policy = prepared.plan, call.session.store, call.policy
+    prepared = _prepare(call, entry)
+    plan, policy = prepared.plan, call.policy
     dataset = plan.dataset.name
-    stored = cache.lookup(store, prepared.key)
+    stored = cache.lookup(call.ctx.store, prepared.key)
     if stored is not None:
-        if not checked and not _same_types(call, entry.plan.dataset, entry.types):
-            return _again(call, text)
         audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
                                    reason=f"same measurement as request {stored.audit_id}")
         remaining = call.ledger.budget(call.user, dataset).remaining
@@ -399,128 +376,46 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
                   f"{meta.both_units(remaining, policy.delta, 'down')}")
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
-    bound = _helpers().submit(_bind, call, prepared,  # while the charge commits
-                              None if checked else entry.types)
+    query = _bind(call, prepared)
+    charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
     try:
-        return _charged(call, entry, prepared, bound, text)
-    finally:
-        _wait_out(bound)  # it may be using the statement's cursor
-
-
-def _charged(call: _Call, entry: Entry, prepared: _Prepared, bound: futures.Future[Prepared],
-             text: str) -> Answer:
-    """Charge, run, add the noise and store the answer (``bound`` binds the SQL meanwhile).
-
-    The noise (and the notice) are made on a helper while the query runs: the
-    database releases the GIL as it aggregates, while during the charge a
-    Python draw would delay the commit's own Python steps.
-    """
-    store, policy = call.session.store, call.policy
-    dataset = prepared.plan.dataset.name
-    if not entry.bound:  # a plan's first SQL binds before the charge: a dpsql bug costs nothing
-        try:
-            bound.result()
-        except _TableChanged:
-            return _again(call, text)
-        entry.bound = True
-    charge = call.ledger.charge(call.user, dataset, prepared.cost, text, caller_audits=True)
-    try:
-        try:
-            query = bound.result()
-        except _TableChanged:
-            entry, prepared, query = _planned_again(call, text, prepared.cost)
-        plan = prepared.plan
-        drawn = _helpers().submit(_draw, call, prepared, charge.remaining)
-        result = query.run()
-        draws, notice = drawn.result()
-        dense = expand_public_keys(plan, result)
-        noisy = [d + z for d, z in zip(dense, draws, strict=True)]
-        noisy = cache.save(store, prepared.key, call.user, plan, policy.fingerprint,
-                           charge.id, prepared.noises, noisy,
-                           lambda cur: call.ledger.close(charge, "answered", cursor=cur))
+        noisy = _measured(call, prepared, query, charge.id)
     except BaseException as err:
-        if isinstance(err, (_RefusedAfterCharge, QueryCanceled)):
-            # Fixed texts caused by the schema or by the analyst's cancel, not by the rows.
-            call.ledger.close(charge, "failed", reason=str(err)[:2000])
+        if isinstance(err, QueryCanceled):  # a fixed text caused by the analyst, not the rows
+            call.ledger.settle(charge.id, "failed", reason=str(err))
             raise
-        call.ledger.close(charge, "failed", reason=FAILED_REASON)
+        call.ledger.settle(charge.id, "failed", reason=FAILED_REASON)
         log.error("request %d failed after its charge", charge.id, exc_info=err)
         raise InternalError(FAILED_AFTER_CHARGE) from None
+    notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
+              f"remaining {meta.both_units(charge.remaining, policy.delta, 'down')}")
     return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
                    notice, False, charge.id)
 
 
-def _planned_again(call: _Call, text: str,
-                   cost: PrivacyCost) -> tuple[Entry, _Prepared, Prepared]:
-    """Plan ``text`` again after its table changed, to run under the charge ``cost`` made.
+def _measured(call: _Call, prepared: _Prepared, query: Prepared,
+              audit_id: int) -> list[np.ndarray]:
+    """Run the charged query, add the noise and settle the request with the stored answer.
 
-    The new plan is priced like the old one (the price depends on the options
-    only); one that is refused now leaves the charge standing.
+    A concurrent twin (same user, question and cost) that stored its answer first
+    wins: its numbers are returned, so a repeat never gets a second draw.
     """
-    ast = _parsed_again(call, text)
-    try:
-        entry = _planned(call, ast, text)
-        prepared = _prepare(call, entry)
-    except (QueryRejected, ConfigurationError) as err:
-        first = err.message if isinstance(err, QueryRejected) else str(err)
-        raise _RefusedAfterCharge(
-            f"the table changed after this query was charged, and the charge stands: {first}",
-            construct=getattr(err, "construct", None), line=getattr(err, "line", None),
-            column=getattr(err, "column", None), advice=getattr(err, "advice", None)) from None
-    if prepared.cost != cost:
-        raise InternalError("a query planned again after its table changed was priced "
-                            "differently; this is a bug in dpsql, please report it")
-    query = _bind(call, prepared)
-    entry.bound = True
-    return entry, prepared, query
-
-
-def _draw(call: _Call, prepared: _Prepared,
-          remaining: PrivacyCost) -> tuple[list[np.ndarray], str]:
-    """The noise of every measure (one draw per public cell) and the notice; reads no data."""
-    delta, dataset = call.policy.delta, prepared.plan.dataset.name
-    draws = [n.sample(prepared.plan.cells) for n in prepared.noises]
-    return draws, (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, delta)}; "
-                   f"remaining {meta.both_units(remaining, delta, 'down')}")
-
-
-def _wait_out(ready: futures.Future[Any]) -> None:
-    """Wait for ``ready`` to end, through interrupts too: it may be using the statement's cursor."""
-    interrupted: BaseException | None = None
-    while not ready.done():
-        try:
-            futures.wait([ready])
-        except BaseException as err:  # e.g. Ctrl-C: wait on, then raise it
-            interrupted = err
-    if interrupted is not None:
-        raise interrupted
-
-
-_helper_pool: futures.ThreadPoolExecutor | None = None
-_helper_lock = threading.Lock()
-
-
-def _helpers() -> futures.ThreadPoolExecutor:
-    """The threads that ready queries (made as needed, one per concurrent statement)."""
-    global _helper_pool
-    with _helper_lock:
-        if _helper_pool is None:
-            _helper_pool = futures.ThreadPoolExecutor(64, thread_name_prefix="dpsql-ready")
-        return _helper_pool
-
-
-def _forget_helpers() -> None:  # a forked child has none of its parent's threads
-    global _helper_pool
-    _helper_pool = None
-
-
-os.register_at_fork(after_in_child=_forget_helpers)
+    plan = prepared.plan
+    dense = expand_public_keys(plan, query.run())
+    noisy = [d + n.sample(plan.cells) for d, n in zip(dense, prepared.noises, strict=True)]
+    row = cache.stored_row(prepared.key, call.user, plan, call.policy.fingerprint, audit_id,
+                           prepared.noises, noisy)
+    if call.ledger.settle(audit_id, "answered", answer=row):
+        return noisy
+    twin = cache.lookup(call.ctx.store, prepared.key)
+    assert twin is not None, "an answer that was stored first is still stored"
+    return twin.measures
 
 
 def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
             noisy: list[np.ndarray], cost: PrivacyCost, remaining: PrivacyCost, notice: str,
             cached: bool, audit_id: int) -> Answer:
-    level = confidence(call.session.options)
+    level = confidence(call.ctx.options)
     table = answer_table(plan, base_table(plan, noisy, noises, level), level)
     columns = _Described(plan, noises, call.policy.delta, level)
     return Answer(table, "dp", cost, remaining, plan.dataset.name, cached, columns, notice,
@@ -589,9 +484,8 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
     entry = _planned(call, ast, inner)
     prepared = _prepare(call, entry)
     _bind(call, prepared)  # SQL that cannot bind is found here, at no cost
-    entry.bound = True
     plan, policy = prepared.plan, call.policy
-    level = confidence(call.session.options) or DEFAULT_CONFIDENCE
+    level = confidence(call.ctx.options) or DEFAULT_CONFIDENCE
     info = column_info(plan, prepared.noises, policy.delta, level)
     rows: dict[str, list[Any]] = {k: [] for k in (
         "column", "aggregate", "mechanism", "cost", "scale", "std", "ci_halfwidth",
@@ -610,7 +504,7 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
             rows["ci_halfwidth"].append(noise_.halfwidth(level))
             rows["confidence"].append(level)
     table = pa.table({k: pa.array(v) for k, v in rows.items()})
-    cached = cache.lookup(call.session.store, prepared.key) is not None
+    cached = cache.lookup(call.ctx.store, prepared.key) is not None
     remaining = call.ledger.budget(call.user, plan.dataset.name).remaining
     would = "nothing (a repeat: answered from the cache)" if cached else \
         meta.both_units(prepared.cost, policy.delta)

@@ -3,8 +3,8 @@
 Plans are sqlglot ASTs; :class:`DuckDBEngine` renders them in the DuckDB dialect
 and runs them on the store's hardened connection. ``prepare`` binds a query
 (names, types, functions) without reading a row, so a plan whose SQL cannot
-bind is found before the ledger charges it (the first time it runs; later runs
-bind while the charge commits); the prepared query runs after the charge.
+bind is found before the ledger charges it; the prepared query runs after the
+charge.
 One engine serves one statement and reads everything (column types,
 constraints, the aggregation) in one snapshot, so the SQL runs on the schema it
 was generated for, whatever an administrator changes meanwhile.
@@ -15,8 +15,6 @@ accounting and the ledger stay in dpsql whatever runs the aggregation.
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from fractions import Fraction
@@ -117,25 +115,6 @@ def _bigint_table(result: duckdb.DuckDBPyConnection) -> pa.Table:
                      for i, column in enumerate(description)})
 
 
-class _Bound:
-    """Queries (by object) this store has rendered and bound: the plan cache reuses them."""
-
-    def __init__(self) -> None:
-        self.texts: OrderedDict[int, tuple[exp.Expr, str]] = OrderedDict()
-        self.lock = threading.Lock()
-
-    def get(self, query: exp.Expr) -> str | None:
-        with self.lock:
-            known = self.texts.get(id(query))
-            return known[1] if known is not None and known[0] is query else None
-
-    def add(self, query: exp.Expr, text: str) -> None:
-        with self.lock:  # holds the query, so its id cannot be reused while listed
-            self.texts[id(query)] = (query, text)
-            while len(self.texts) > 512:
-                self.texts.popitem(last=False)
-
-
 class DuckDBEngine:
     """Runs one statement's queries on a store's hardened connection, in one snapshot."""
 
@@ -144,7 +123,6 @@ class DuckDBEngine:
     def __init__(self, store: Store, interrupts: Interrupter | None = None) -> None:
         self.store = store
         self.interrupts = interrupts or Interrupter()
-        self._bound = store.state(_Bound)
         self._cursor: duckdb.DuckDBPyConnection | None = None
 
     def _snapshot(self) -> duckdb.DuckDBPyConnection:
@@ -156,36 +134,22 @@ class DuckDBEngine:
         return self._cursor
 
     def close(self) -> None:
-        """End the statement's snapshot (read only: nothing to commit).
-
-        The cursor is rolled back and closed on the store's writer thread, off the
-        answer path (the store waits for it before it closes).
-        """
+        """End the statement's snapshot (read only: nothing to commit)."""
         cursor, self._cursor = self._cursor, None
         if cursor is not None:
-            self.store.later(lambda: _end(cursor))
+            _end(cursor)
 
     def render(self, query: exp.Expr) -> str:
         """The query as DuckDB SQL."""
         return query.sql(dialect=self.dialect)
 
     def prepare(self, query: exp.Expr) -> Prepared:
-        """Bind the query (a DuckDB relation is lazy: nothing runs until ``run``).
-
-        The same query object bound before is not bound twice: the schema it was
-        bound against is checked by the caller in this snapshot (the plan cache
-        compares column types), so it binds again when it runs.
-        """
+        """Bind the query (a DuckDB relation is lazy: nothing runs until ``run``)."""
         cursor = self._snapshot()
         one_row = isinstance(query, exp.Select) and query.args.get("group") is None
-        text = self._bound.get(query)
-        if text is not None:
-            return _DuckDBPrepared(cursor, self.interrupts, text=text, one_row=one_row)
         text = self.render(query)
         with _querying(self.interrupts, cursor):
-            prepared = _DuckDBPrepared(cursor, self.interrupts, cursor.sql(text), text, one_row)
-        self._bound.add(query, text)
-        return prepared
+            return _DuckDBPrepared(cursor, self.interrupts, cursor.sql(text), text, one_row)
 
     def execute(self, query: exp.Expr) -> pa.Table:
         """Bind and run ``query`` (not remembered: for one-off queries)."""

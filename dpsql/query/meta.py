@@ -20,8 +20,8 @@ from dpsql.query.options import OPTIONS, confidence
 from dpsql.query.released import SCHEMA
 
 if TYPE_CHECKING:
+    from dpsql.context import Context
     from dpsql.ledger import Budget
-    from dpsql.session import Session
 
 
 def both_units(cost: PrivacyCost, delta: float | None, rounding: Rounding = "up") -> str:
@@ -69,34 +69,34 @@ def _figure(value: Fraction | float, rounding: Rounding) -> float:
     return float(figure(value, rounding))
 
 
-def budget_table(session: Session) -> pa.Table:
+def budget_table(ctx: Context) -> pa.Table:
     """The caller's budgets: one row per dataset."""
-    policy = session.policy
-    return budget_rows(session.ledger.budgets(session.user), policy.accounting, policy.delta)
+    policy = ctx.policy
+    return budget_rows(ctx.ledger.budgets(ctx.user), policy.accounting, policy.delta)
 
 
-def option_rows(session: Session, names: list[str]) -> pa.Table:
+def option_rows(ctx: Context, names: list[str]) -> pa.Table:
     """``SHOW`` for options: name, the value in force and where it comes from."""
     out: dict[str, list[str | None]] = {"name": [], "value": [], "source": []}
     for name in names:
-        value = session.options.get(name)
+        value = ctx.options.get(name)
         source = "session" if value is not None else "default"
         if value is None:
-            value = _default(session, name)
+            value = _default(ctx, name)
         out["name"].append(f"dpsql.{name}")
         out["value"].append(value)
         out["source"].append(source)
     return pa.table({k: pa.array(v, pa.string()) for k, v in out.items()})
 
 
-def _default(session: Session, name: str) -> str:
-    policy = session.policy
+def _default(ctx: Context, name: str) -> str:
+    policy = ctx.policy
     if name == "delta":
         return "" if policy.delta is None else f"{policy.delta:g}"
     if name == "ci":
-        return "off" if confidence(session.options) is None else ""
+        return "off" if confidence(ctx.options) is None else ""
     if name in ("epsilon", "rho"):
-        if "rho" in session.options or "epsilon" in session.options:
+        if "rho" in ctx.options or "epsilon" in ctx.options:
             return ""
         defaults = [f"{d.name}: {d.default_query.describe(policy.delta)}"
                     for d in policy.datasets.values() if d.default_query is not None]
@@ -104,16 +104,16 @@ def _default(session: Session, name: str) -> str:
     return ""
 
 
-def all_options(session: Session) -> pa.Table:
+def all_options(ctx: Context) -> pa.Table:
     """``SHOW ALL``: every dpsql option."""
-    return option_rows(session, list(OPTIONS))
+    return option_rows(ctx, list(OPTIONS))
 
 
-def datasets_table(session: Session) -> pa.Table:
+def datasets_table(ctx: Context) -> pa.Table:
     """The public schema: every visible column of every dataset and its public domain."""
     rows: dict[str, list[Any]] = {k: [] for k in ("dataset", "column", "type", "domain",
                                                   "group_by")}
-    for ds in session.policy.datasets.values():
+    for ds in ctx.policy.datasets.values():
         for col in ds.visible_columns:
             if col.type == "categorical":
                 values = [("NULL" if v is None else str(v)) for v in col.values or ()]
@@ -139,9 +139,9 @@ def datasets_table(session: Session) -> pa.Table:
     return pa.table({k: pa.array(v, pa.string()) for k, v in rows.items()})
 
 
-def released_table(session: Session) -> pa.Table:
+def released_table(ctx: Context) -> pa.Table:
     """Released synthetic tables with their provenance summary."""
-    cur = session.store.cursor()
+    cur = ctx.store.cursor()
     rows = cur.execute(
         "SELECT t.table_name, r.dataset, r.synthesizer, r.privacy, r.released_at "
         "FROM information_schema.tables t LEFT JOIN dpsql.releases r "

@@ -4,7 +4,7 @@ Like a database's prepared-statement cache: the first time a user sends a text
 it is parsed, validated against the policy and planned; later arrivals from the
 same user under the same policy (fingerprint) reuse that plan while the
 dataset's table still has the column types it was planned with (read again on
-every query, while the charge commits: see :func:`dpsql.query.answer._dp`).
+every query before it is used: see :func:`dpsql.query.answer._dp`).
 Plans are per user, so how fast a text is answered says nothing of what other
 users asked. The generated SQL of a plan is kept on the entry per context
 (exact or noisy grid, bounds the database enforces), so the engine sees the
@@ -32,15 +32,11 @@ CAPACITY = 512
 
 @dataclass
 class Entry:
-    """One planned text: its plan, the column types it was planned with, its SQL per context.
-
-    ``bound``: its SQL has bound once, so later runs may bind it while the charge commits.
-    """
+    """One planned text: its plan, the column types it was planned with, its SQL per context."""
 
     plan: QueryPlan
     types: Mapping[str, str]
     sql: dict[Any, exp.Select] = field(default_factory=dict)
-    bound: bool = False
 
     def generated(self, context: tuple[bool, Mapping[str, tuple[Fraction, Fraction]]],
                   build: Callable[[], exp.Select]) -> exp.Select:
@@ -57,7 +53,7 @@ class PlanCache:
 
     def __init__(self) -> None:
         self._entries: OrderedDict[tuple[str, str, str], Entry] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # statements of many threads read and reorder the LRU
 
     def get(self, user: str, text: str, fingerprint: str) -> Entry | None:
         """The entry of ``user``'s ``text`` under the policy ``fingerprint``, if kept."""

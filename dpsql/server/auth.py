@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 from dpsql.errors import ConfigurationError
 
 if TYPE_CHECKING:  # the store (DuckDB) loads with the first command that needs it
+    import duckdb
+
     from dpsql.store import Store
 
 MECHANISM = "SCRAM-SHA-256"
@@ -213,28 +215,30 @@ def set_password(store: Store, user: str, password: str, *,
     if iterations < DEFAULT_ITERATIONS:
         raise ConfigurationError(f"use at least {DEFAULT_ITERATIONS} iterations")
     verifier = Verifier.make(password, iterations=iterations).encode()
-    with store.lock, store.transaction() as cur:
+    with store.transaction() as cur:
         cur.execute("INSERT OR REPLACE INTO dpsql.credentials VALUES (?, ?, ?)",
                     [user, verifier, now()])
-        cur.execute("INSERT INTO dpsql.audit (id, ts, user_name, action, outcome, fingerprint) "
-                    "VALUES (?, ?, ?, 'credential', 'set', ?)",
-                    [store.next_id(), now(), user, store.active_policy().fingerprint])
+        _audit(store, user, "set", cur)
 
 
 def remove_user(store: Store, user: str) -> bool:
     """Delete ``user``'s credential; returns whether there was one."""
-    from dpsql.store import now
-
-    with store.lock, store.transaction() as cur:
+    with store.transaction() as cur:
         row = cur.execute("SELECT count(*) FROM dpsql.credentials WHERE user_name = ?",
                           [user]).fetchone()
         cur.execute("DELETE FROM dpsql.credentials WHERE user_name = ?", [user])
         found = bool(row and row[0])
         if found:
-            cur.execute("INSERT INTO dpsql.audit (id, ts, user_name, action, outcome, "
-                        "fingerprint) VALUES (?, ?, ?, 'credential', 'removed', ?)",
-                        [store.next_id(), now(), user, store.active_policy().fingerprint])
+            _audit(store, user, "removed", cur)
     return found
+
+
+def _audit(store: Store, user: str, outcome: str, cur: duckdb.DuckDBPyConnection) -> None:
+    """Audit a change of ``user``'s credential in the caller's transaction."""
+    from dpsql.ledger import Ledger
+
+    Ledger(store, store.active_policy()).record(user, None, None, outcome,
+                                                action="credential", cursor=cur)
 
 
 def list_users(store: Store) -> list[dict[str, object]]:

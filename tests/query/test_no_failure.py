@@ -31,7 +31,6 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 import dpsql
-from dpsql.query import cache
 from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
 from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
 from dpsql.query.planner import plan_query
@@ -288,7 +287,7 @@ def generated_sql_runs(sessions: list[Session], sql: str, exact: bool) -> None:
     for session in sessions:
         engine = DuckDBEngine(session.store)
         try:
-            ctx = Context(cache.secret(session.store), types, exact)
+            ctx = Context(session.store.secret, types, exact)
             engine.prepare(to_sql(plan, ctx)).run()
         finally:
             engine.close()
