@@ -88,7 +88,7 @@ def make_store(directory: Path, rows: tuple[str, ...], policy: str = POLICY,
         for row in rows:
             cur.execute(f"INSERT INTO main.t VALUES {row}")
     with Store.open(path) as store:
-        store.apply_policy(dpsql.policy.Policy.load(directory / "p.yaml"), "admin")
+        dpsql.ledger.apply_policy(store, dpsql.policy.Policy.load(directory / "p.yaml"), "admin")
     return path
 
 

@@ -59,7 +59,7 @@ def _store(tmp_path: Path, extreme: bool) -> Path:
             values = ", ".join(f"CAST({v} AS {t})" for t, v in TYPES.values())
             cur.execute(f"INSERT INTO main.t VALUES ('rich', {values})")
     with Store.open(path) as store:
-        store.apply_policy(dpsql.policy.Policy.load(policy), "admin")
+        dpsql.ledger.apply_policy(store, dpsql.policy.Policy.load(policy), "admin")
     return path
 
 
@@ -89,7 +89,7 @@ def test_enum_keys_group_like_text(tmp_path):
         cur.execute("CREATE TABLE main.t (mood mood_t)")
         cur.execute("INSERT INTO main.t VALUES ('ok'), ('ok'), ('happy')")
     with Store.open(path) as store:
-        store.apply_policy(dpsql.policy.Policy.load(policy), "admin")
+        dpsql.ledger.apply_policy(store, dpsql.policy.Policy.load(policy), "admin")
     with dpsql.connect(path, "admin") as session:
         rows = session.sql("SELECT mood, COUNT(*) FROM t GROUP BY mood ORDER BY mood").table
     assert dict(zip(rows.column("mood").to_pylist(), rows.column(1).to_pylist(),
