@@ -1,0 +1,114 @@
+"""One owner of the bookkeeping: consecutive audit ids, exact charges, settled requests."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import threading
+from pathlib import Path
+
+import pytest
+
+import dpsql
+from dpsql.privacy import PrivacyCost
+from dpsql.query.answer import run_statement
+
+from .conftest import policy_text
+
+THREADS, QUERIES = 8, 4
+
+
+def _ask_concurrently(path: Path) -> tuple[list[dpsql.Answer], list[BaseException]]:
+    """THREADS sessions (alice and admin in turn) each send QUERIES DP queries and a rejection."""
+    answers: list[dpsql.Answer] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(THREADS)
+
+    def client(t: int) -> None:
+        try:
+            with dpsql.connect(path, "alice" if t % 2 else "admin") as session:
+                barrier.wait()
+                for i in range(QUERIES):  # a new epsilon each time: never from the cache
+                    session.sql(f"SET dpsql.epsilon = {t * QUERIES + i + 1}e-3")
+                    answers.append(session.sql("SELECT sex, COUNT(*) FROM adult GROUP BY sex"))
+                with pytest.raises(dpsql.QueryRejected):
+                    session.sql("SELECT age FROM adult")
+        except BaseException as err:  # surfaced by the caller
+            errors.append(err)
+
+    threads = [threading.Thread(target=client, args=(t,)) for t in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers, errors
+
+
+def test_concurrent_requests_get_consecutive_audit_ids_and_exact_charges(make_store):
+    path = make_store(policy_text(budget="{epsilon: 100}", user_budget="{epsilon: 100}"))
+    with dpsql.connect(path, "admin") as admin:  # open throughout: the totals kept in memory
+        first = admin.audit()[-1]["id"]
+        answers, errors = _ask_concurrently(path)
+        assert errors == []
+        assert len(answers) == THREADS * QUERIES
+        audit = admin.audit()
+        ids = [row["id"] for row in audit]
+        assert ids == list(range(1, len(ids) + 1))  # consecutive from the store's first
+        mine = [row for row in audit if row["id"] > first]
+        assert len(mine) == THREADS * (QUERIES + 1)
+        assert sorted(row["outcome"] for row in mine) == \
+            ["answered"] * THREADS * QUERIES + ["rejected"] * THREADS
+        charges = admin.store.cursor().execute(
+            "SELECT audit_id, user_name, kind, units FROM dpsql.charges").fetchall()
+        by_audit = {row["id"]: row for row in mine}
+        assert sorted(c[0] for c in charges) == sorted(a.audit_id for a in answers)
+        for answer in answers:  # each answer's charge, exactly, under its own audit row
+            row = by_audit[answer.audit_id]
+            assert row["outcome"] == "answered" and row["cost"] == answer.cost
+        for user in ("alice", "admin"):
+            spent = sum((PrivacyCost(c[2], int(c[3])) for c in charges if c[1] == user),
+                        PrivacyCost.pure(0))
+            expected = sum((PrivacyCost.pure(f"{t * QUERIES + i + 1}e-3")
+                            for t in range(THREADS) if (t % 2 == 1) == (user == "alice")
+                            for i in range(QUERIES)), PrivacyCost.pure(0))
+            assert spent == expected
+            assert admin.ledger.budget(user, "adult").spent == expected
+
+
+def test_a_failed_settle_leaves_no_gap_and_a_request_settles_once(make_store):
+    path = make_store(policy_text())
+    with dpsql.connect(path, "alice") as alice:
+        ledger = alice.ledger
+        charge = ledger.charge("alice", "adult", PrivacyCost.pure("0.1"), "SELECT 1")
+        ledger.settle(charge.id, "answered")
+        with pytest.raises(dpsql.InternalError, match="not open"):
+            ledger.settle(charge.id, "failed", "again")  # rolled back: no id was taken
+        refused = ledger.record("alice", "adult", "SELECT 2", "rejected", "no")
+        assert refused == charge.id + 1
+        rows = {r["id"]: r for r in alice.audit()}
+        assert (rows[charge.id]["outcome"], rows[charge.id]["reason"]) == ("answered", None)
+
+
+def test_query_code_cannot_change_the_context_or_the_session(make_store):
+    path = make_store(policy_text())
+    with dpsql.connect(path, "alice") as alice:
+        ctx = alice.context()
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            ctx.user = "admin"  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            ctx.options["epsilon"] = "1"  # type: ignore[index]
+        answer = run_statement(ctx, "SET dpsql.epsilon = 0.2")
+        assert dict(ctx.options) == {} and alice.options == {}  # nothing changed in place
+        assert answer.options is not None and "epsilon" in answer.options
+        alice.sql("SET dpsql.epsilon = 0.2")  # the Session keeps what the answer carries
+        assert alice.options == dict(answer.options)
+        assert alice.sql("SELECT COUNT(*) FROM adult").cost == PrivacyCost.pure("0.2")
+
+
+def test_nothing_under_query_imports_the_session():
+    package = Path(dpsql.__file__).parent / "query"
+    for module in package.glob("*.py"):
+        tree = ast.parse(module.read_text("utf-8"))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+            {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not imported & {"dpsql.session", "dpsql.release"}, module.name
