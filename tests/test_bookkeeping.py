@@ -64,7 +64,7 @@ def test_concurrent_requests_get_consecutive_audit_ids_and_exact_charges(make_st
         assert sorted(c[0] for c in charges) == sorted(a.audit_id for a in answers)
         for answer in answers:  # each answer's charge, exactly, under its own audit row
             row = by_audit[answer.audit_id]
-            assert row["outcome"] == "answered" and row["cost"] == answer.cost
+            assert (row["outcome"], row["cost"]) == ("answered", answer.cost)
         for user in ("alice", "admin"):
             spent = sum((PrivacyCost(c[2], int(c[3])) for c in charges if c[1] == user),
                         PrivacyCost.pure(0))
@@ -98,8 +98,9 @@ def test_query_code_cannot_change_the_context_or_the_session(make_store):
         with pytest.raises(TypeError):
             ctx.options["epsilon"] = "1"  # type: ignore[index]
         answer = run_statement(ctx, "SET dpsql.epsilon = 0.2")
-        assert dict(ctx.options) == {} and alice.options == {}  # nothing changed in place
-        assert answer.options is not None and "epsilon" in answer.options
+        assert (dict(ctx.options), alice.options) == ({}, {})  # nothing changed in place
+        assert answer.options is not None
+        assert "epsilon" in answer.options
         alice.sql("SET dpsql.epsilon = 0.2")  # the Session keeps what the answer carries
         assert alice.options == dict(answer.options)
         assert alice.sql("SELECT COUNT(*) FROM adult").cost == PrivacyCost.pure("0.2")
