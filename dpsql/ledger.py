@@ -397,9 +397,10 @@ class Ledger:
         stored = True
         with _writing(self.store) as (cur, _):
             if answer is not None:
-                stored = bool(cur.execute(
+                inserted = cur.execute(
                     "INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT DO NOTHING RETURNING key", list(answer)).fetchall())
+                    "ON CONFLICT DO NOTHING", list(answer)).fetchone()
+                stored = bool(inserted and inserted[0])
             done = cur.execute(
                 "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
                 f"WHERE id = ? AND outcome IN {OPEN}",

@@ -56,7 +56,8 @@ class Completer:
         """``released.<name>`` of every released table (what SHOW dpsql.released lists)."""
         from dpsql.query.meta import released_table
 
-        return [str(name) for name in released_table(self.session).column("table").to_pylist()]
+        table = released_table(self.session.context())
+        return [str(name) for name in table.column("table").to_pylist()]
 
     def options(self, *, showing: bool = False) -> list[str]:
         """``dpsql.<option>``, and after SHOW the tables SHOW also answers."""
