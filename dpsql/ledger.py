@@ -12,12 +12,13 @@ at once (:meth:`Ledger.record`); an open row is settled exactly once, by
 :meth:`Ledger.settle`, with its outcome. Audit ids are consecutive: the next id
 is taken under the write lock and counts only once its transaction commits.
 
-Lock order: there is one lock, the store's write lock (:attr:`Store.lock`),
-which every write transaction holds (:meth:`Store.transaction`). It also
+Lock order: the store's write lock (:attr:`Store.lock`, re-entrant) comes
+first. Every write transaction holds it (:meth:`Store.transaction`), and it
 guards this module's per-store state (:class:`_Books`: the next id and the
-summed standings). While holding it, code here takes no other lock but the
-store's state registry lock for a dict look-up (a leaf). Readers take no lock:
-DuckDB gives each cursor a snapshot.
+summed standings). Under it only leaf locks may be taken, each for a dict
+operation: the store's state registry lock and the plan cache's. The free
+database's rebuild lock (:mod:`dpsql.query.free`) is never taken under it.
+Readers take no lock: DuckDB gives each cursor a snapshot.
 """
 
 from __future__ import annotations
