@@ -23,7 +23,9 @@ Readers take no lock: DuckDB gives each cursor a snapshot.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, field, replace
 from datetime import datetime
@@ -85,6 +87,8 @@ class Budget:
             "dataset_spent": self.dataset_spent.as_dict(delta),
         }
 
+
+logger = logging.getLogger(__name__)
 
 #: Outcomes of an open request, which :meth:`Ledger.settle` closes.
 OPEN = ("charged", "started")
@@ -157,11 +161,34 @@ class _Books:
     ``next_id``: the next audit id (None: read it again from the table).
     ``totals``: the summed ledger rows per dataset, read once, then kept current
     by the charges and grants written here (the only writer of the file).
+    ``answers``: stored answers whose settle is queued on ``writer``, by key.
+    ``writer``: one thread that commits the settles of answered DP queries after
+    the answer is returned (:meth:`Ledger.settle`), in order.
     """
 
     def __init__(self) -> None:
         self.next_id: int | None = None
         self.totals: dict[str, Totals] = {}
+        self.answers: dict[str, Sequence[Any]] = {}
+        self.writer: ThreadPoolExecutor | None = None
+
+    def queue(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on the writer (caller holds the write lock)."""
+        if self.writer is None:
+            self.writer = ThreadPoolExecutor(1, thread_name_prefix="dpsql-settle")
+        self.writer.submit(_logged, task)
+
+    def drain(self) -> None:
+        """Wait until every queued settle has committed (read your own writes)."""
+        writer = self.writer
+        if writer is not None:
+            writer.submit(lambda: None).result()
+
+    def close(self) -> None:
+        """Commit the queued settles (the store calls this before it closes)."""
+        if self.writer is not None:
+            self.writer.shutdown(wait=True)
+
 
     def take_id(self, cur: duckdb.DuckDBPyConnection) -> int:
         """The next audit id; it counts once the caller's transaction commits."""
@@ -186,6 +213,13 @@ class _Books:
             entry[0] += cost.units
             entry[1] = entry[1] or cost.infinite
             entry[2].append(cost.units)
+
+
+def _logged(task: Callable[[], None]) -> None:
+    try:
+        task()
+    except Exception:  # the request stays open ("charged"); a repeat is charged again
+        logger.exception("a queued settle failed")
 
 
 @contextmanager
@@ -286,6 +320,7 @@ class Ledger:
 
     def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
         """Audit rows, newest last, optionally for one user and the last ``last`` only."""
+        self.store.state(_Books).drain()  # outcomes settled off the answer path
         sql = "SELECT * FROM dpsql.audit"
         params: list[Any] = []
         if user:
@@ -390,18 +425,38 @@ class Ledger:
                answer: Sequence[Any] | None = None) -> bool:
         """Close the open request ``audit_id`` with its outcome: the one way a request ends.
 
-        ``answer``: a ``dpsql.query_cache`` row (:func:`dpsql.query.cache.stored_row`),
-        committed with the outcome. Returns False when a concurrent twin stored an
-        answer under the same key first (the caller then serves the twin's).
+        ``answer``: a ``dpsql.query_cache`` row (:func:`dpsql.query.cache.stored_row`)
+        of an answered DP query. Its settle (the row and the outcome, in one
+        transaction) is queued on the writer thread so the analyst does not wait
+        for a second durable commit; :func:`queued_answer` serves it meanwhile, and
+        :meth:`audit` and closing the store wait for it. If the process ends first,
+        the request stays open (``charged``) and a repeat is charged again: budget
+        lost, never privacy. Returns False, queuing only the outcome, when a
+        concurrent twin stored an answer under the same key first (the caller then
+        serves the twin's). Without ``answer`` it commits before it returns.
         Settling a request that is not open is a bug.
         """
-        stored = True
-        with _writing(self.store) as (cur, _):
+        if answer is None:
+            self._settle(audit_id, outcome, reason, None)
+            return True
+        key = answer[0]
+        with self.store.lock:
+            books = self.store.state(_Books)
+            twin = key in books.answers or self.store.cursor().execute(
+                "SELECT 1 FROM dpsql.query_cache WHERE key = ?", [key]).fetchone() is not None
+            if not twin:
+                books.answers[key] = answer
+            kept = None if twin else answer
+            books.queue(lambda: self._settle(audit_id, outcome, reason, kept))
+        return not twin
+
+    def _settle(self, audit_id: int, outcome: str, reason: str | None,
+                answer: Sequence[Any] | None) -> None:
+        with _writing(self.store) as (cur, books):
             if answer is not None:
-                inserted = cur.execute(
-                    "INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT DO NOTHING", list(answer)).fetchone()
-                stored = bool(inserted and inserted[0])
+                cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                            "ON CONFLICT DO NOTHING", list(answer))
+                books.answers.pop(answer[0], None)  # once committed (else kept: rolled back)
             done = cur.execute(
                 "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
                 f"WHERE id = ? AND outcome IN {OPEN}",
@@ -409,7 +464,6 @@ class Ledger:
                  audit_id]).fetchone()
             if not done or done[0] != 1:
                 raise InternalError(f"request {audit_id} is not open; this is a bug in dpsql")
-        return stored
 
     def grant(self, admin: str, user: str, dataset: str, amount: PrivacyCost) -> Budget:
         """Top up ``user`` on ``dataset`` by ``amount`` (admins only); audited.
@@ -431,6 +485,11 @@ class Ledger:
             row.insert(cur)
             books.add("grant", dataset, user, amount)
         return self.budget(user, dataset)
+
+
+def queued_answer(store: Store, key: str) -> Sequence[Any] | None:
+    """The stored answer under ``key`` whose settle is still queued, if any."""
+    return store.state(_Books).answers.get(key)  # one dict read: atomic, no lock needed
 
 
 def apply_policy(store: Store, policy: Policy, applied_by: str,
