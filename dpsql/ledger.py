@@ -452,18 +452,21 @@ class Ledger:
 
     def _settle(self, audit_id: int, outcome: str, reason: str | None,
                 answer: Sequence[Any] | None) -> None:
-        with _writing(self.store) as (cur, books):
-            if answer is not None:
-                cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                            "ON CONFLICT DO NOTHING", list(answer))
-                books.answers.pop(answer[0], None)  # once committed (else kept: rolled back)
-            done = cur.execute(
-                "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
-                f"WHERE id = ? AND outcome IN {OPEN}",
-                [outcome, None if reason is None else storable(reason[:2000]),
-                 audit_id]).fetchone()
-            if not done or done[0] != 1:
-                raise InternalError(f"request {audit_id} is not open; this is a bug in dpsql")
+        with self.store.lock:
+            with _writing(self.store) as (cur, books):
+                if answer is not None:
+                    cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
+                                "?) ON CONFLICT DO NOTHING", list(answer))
+                done = cur.execute(
+                    "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
+                    f"WHERE id = ? AND outcome IN {OPEN}",
+                    [outcome, None if reason is None else storable(reason[:2000]),
+                     audit_id]).fetchone()
+                if not done or done[0] != 1:
+                    raise InternalError(f"request {audit_id} is not open; this is a bug in "
+                                        "dpsql")
+            if answer is not None:  # committed: served from the table from now on
+                books.answers.pop(answer[0], None)
 
     def grant(self, admin: str, user: str, dataset: str, amount: PrivacyCost) -> Budget:
         """Top up ``user`` on ``dataset`` by ``amount`` (admins only); audited.

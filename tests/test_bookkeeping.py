@@ -113,3 +113,20 @@ def test_nothing_under_query_imports_the_session():
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
             {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         assert not imported & {"dpsql.session", "dpsql.release"}, module.name
+
+
+def test_a_queued_settle_serves_repeats_and_commits_before_the_store_closes(make_store):
+    path = make_store(policy_text())
+    sql = "SELECT race, COUNT(*) FROM adult GROUP BY race"
+    with dpsql.connect(path, "alice") as alice:
+        alice.sql("SET dpsql.epsilon = 0.1")
+        first = alice.sql(sql)
+        again = alice.sql(sql)  # served from the queued answer or the committed one
+        assert again.cached
+        assert again.table.equals(first.table)
+    with dpsql.connect(path, "alice") as alice:  # the close committed the settle
+        outcome = alice.store.cursor().execute(
+            "SELECT outcome FROM dpsql.audit WHERE id = ?", [first.audit_id]).fetchone()
+        assert outcome == ("answered",)
+        alice.sql("SET dpsql.epsilon = 0.1")
+        assert alice.sql(sql).cached
