@@ -340,19 +340,23 @@ def _bind(call: _Call, prepared: _Prepared) -> Prepared:
     """Generate the SQL and bind it without reading data (before the charge: free).
 
     Only a query the cache cannot answer gets here, so only it reads the bounds
-    the database enforces (they decide which columns are clamped).
+    the database enforces (they decide which columns are clamped). SQL that bound
+    before (same plan, context and column types) binds as it runs.
     """
     plan = prepared.plan
     clamped = clamped_columns(plan)
     enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
                 if c in clamped} if clamped else {}
     sql = replace(prepared.sql, enforced=enforced)
-    query = prepared.entry.generated((sql.exact, enforced), lambda: to_sql(plan, sql))
+    entry = prepared.entry
+    query, key = entry.generated((sql.exact, enforced), lambda: to_sql(plan, sql))
     try:
-        return call.engine.prepare(query)
+        bound = call.engine.prepare(query, entry.texts.get(key))
     except EngineError as err:
         raise InternalError("dpsql generated a query the database cannot plan; this is a "
                             "bug in dpsql, please report it with your query") from err
+    entry.texts[key] = bound.text
+    return bound
 
 
 def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:

@@ -40,7 +40,9 @@ class EngineError(Exception):
 
 
 class Prepared(Protocol):
-    """A bound query, ready to run."""
+    """A bound query, ready to run; ``text``: its rendering."""
+
+    text: str
 
     def run(self) -> pa.Table:
         """Run the query and return its result (once)."""
@@ -49,8 +51,12 @@ class Prepared(Protocol):
 class Engine(Protocol):
     """Runs dpsql-generated queries."""
 
-    def prepare(self, query: exp.Expr) -> Prepared:
-        """Bind ``query`` without reading data; raise EngineError if it cannot run."""
+    def prepare(self, query: exp.Expr, text: str | None = None) -> Prepared:
+        """Bind ``query`` without reading data; raise EngineError if it cannot run.
+
+        ``text``: its rendering, which bound before on this store's schema (the
+        caller checked the schema is the same): it then binds as it runs.
+        """
 
     def execute(self, query: exp.Expr) -> pa.Table:
         """Bind and run ``query`` and return its result."""
@@ -83,14 +89,14 @@ class _DuckDBPrepared:
         self._cursor = cursor
         self._interrupts = interrupts
         self._relation = relation
-        self._text = text
+        self.text = text
         self._one_row = one_row
 
     def run(self) -> pa.Table:
         with _querying(self._interrupts, self._cursor) as cursor:
             if self._one_row:
-                return _bigint_table(cursor.execute(self._text))
-            relation = self._relation if self._relation is not None else cursor.sql(self._text)
+                return _bigint_table(cursor.execute(self.text))
+            relation = self._relation if self._relation is not None else cursor.sql(self.text)
             return relation.to_arrow_table()
 
 
@@ -143,10 +149,12 @@ class DuckDBEngine:
         """The query as DuckDB SQL."""
         return query.sql(dialect=self.dialect)
 
-    def prepare(self, query: exp.Expr) -> Prepared:
+    def prepare(self, query: exp.Expr, text: str | None = None) -> Prepared:
         """Bind the query (a DuckDB relation is lazy: nothing runs until ``run``)."""
         cursor = self._snapshot()
         one_row = isinstance(query, exp.Select) and query.args.get("group") is None
+        if text is not None:
+            return _DuckDBPrepared(cursor, self.interrupts, text=text, one_row=one_row)
         text = self.render(query)
         with _querying(self.interrupts, cursor):
             return _DuckDBPrepared(cursor, self.interrupts, cursor.sql(text), text, one_row)

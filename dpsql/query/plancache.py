@@ -7,8 +7,8 @@ dataset's table still has the column types it was planned with (read again on
 every query before it is used: see :func:`dpsql.query.answer._dp`).
 Plans are per user, so how fast a text is answered says nothing of what other
 users asked. The generated SQL of a plan is kept on the entry per context
-(exact or noisy grid, bounds the database enforces), so the engine sees the
-same query object and can reuse its rendering. Nothing here depends on data:
+(exact or noisy grid, bounds the database enforces), with its rendering once it
+has bound. Nothing here depends on data:
 plans are built from the text, the policy and the schema.
 """
 
@@ -32,20 +32,25 @@ CAPACITY = 512
 
 @dataclass
 class Entry:
-    """One planned text: its plan, the column types it was planned with, its SQL per context."""
+    """One planned text: its plan, the column types it was planned with, its SQL per context.
+
+    ``texts``: per context, the rendered SQL once it has bound in this store; it
+    binds again as it runs, so a repeat skips rendering and a separate bind.
+    """
 
     plan: QueryPlan
     types: Mapping[str, str]
     sql: dict[Any, exp.Select] = field(default_factory=dict)
+    texts: dict[Any, str] = field(default_factory=dict)
 
     def generated(self, context: tuple[bool, Mapping[str, tuple[Fraction, Fraction]]],
-                  build: Callable[[], exp.Select]) -> exp.Select:
-        """The generated SQL for ``context`` (exact, enforced bounds), built once."""
+                  build: Callable[[], exp.Select]) -> tuple[exp.Select, Any]:
+        """The generated SQL for ``context`` (exact, enforced bounds), built once, and its key."""
         exact, enforced = context
         key = (exact, tuple(sorted(enforced.items())))
         if key not in self.sql:
             self.sql[key] = build()
-        return self.sql[key]
+        return self.sql[key], key
 
 
 class PlanCache:

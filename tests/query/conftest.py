@@ -170,9 +170,9 @@ def engine_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real_prepare = DuckDBEngine.prepare
 
-    def prepare(self: DuckDBEngine, query: Any) -> Any:
+    def prepare(self: DuckDBEngine, query: Any, text: str | None = None) -> Any:
         calls.append(self.render(query))
-        return real_prepare(self, query)
+        return real_prepare(self, query, text)
 
     monkeypatch.setattr(DuckDBEngine, "prepare", prepare)
     return calls

@@ -212,7 +212,7 @@ def test_sql_that_cannot_bind_costs_nothing(
         pure_adult: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     # Every run binds its SQL before the charge, so a bind failure (a dpsql bug), on a
     # plan's first run or a later one, costs nothing.
-    def broken(self: DuckDBEngine, query: object) -> object:
+    def broken(self: DuckDBEngine, query: object, text: object = None) -> object:
         raise EngineError("Binder Error: column 'secret value 42' not found")
 
     sql = "SELECT COUNT(*) FROM adult WHERE age > 30"
@@ -272,10 +272,10 @@ def test_a_refused_charge_ends_the_statements_snapshot(
     events: list[str] = []
     real_prepare, real_close = DuckDBEngine.prepare, DuckDBEngine.close
 
-    def slow_prepare(self: DuckDBEngine, query: object) -> object:
+    def slow_prepare(self: DuckDBEngine, query: object, text: object = None) -> object:
         time.sleep(0.3)  # far longer than the refusal takes
         events.append("bound")
-        return real_prepare(self, query)  # type: ignore[arg-type]
+        return real_prepare(self, query, text)  # type: ignore[arg-type]
 
     def close(self: DuckDBEngine) -> None:
         events.append("closed")
