@@ -34,6 +34,7 @@ import yaml
 from _common import median_time, peak_rss_mb, print_table, readme
 
 import dpsql
+from dpsql.ledger import settled
 from dpsql.store import Store
 
 QUERIES = {
@@ -120,6 +121,9 @@ def main() -> None:
             def plain(sql: str) -> None:
                 cursor.sql(sql).fetchall()
 
+            def quiet() -> None:  # the settle queued after an answer never overlaps a timing
+                settled(session.store)
+
             def text(sql: str, new: bool) -> str:  # extra blanks: a text never planned
                 return sql.replace("SELECT ", "SELECT " + " " * next(counter), 1) if new else sql
 
@@ -131,8 +135,10 @@ def main() -> None:
                     dp_times, plain_times = [], []
                     for _ in range(args.runs):  # interleaved, so drift hits both alike
                         fresh()
+                        quiet()
                         asked = text(sql, new)
                         dp_times.append(median_time(lambda s=asked: dp(s), 1)[0])
+                        quiet()
                         plain_times.append(median_time(lambda s=sql: plain(s), 1)[0])
                     dp_median = sorted(dp_times)[len(dp_times) // 2]
                     plain_median = sorted(plain_times)[len(plain_times) // 2]

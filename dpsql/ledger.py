@@ -320,7 +320,7 @@ class Ledger:
 
     def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
         """Audit rows, newest last, optionally for one user and the last ``last`` only."""
-        self.store.state(_Books).drain()  # outcomes settled off the answer path
+        settled(self.store)  # outcomes settled off the answer path
         sql = "SELECT * FROM dpsql.audit"
         params: list[Any] = []
         if user:
@@ -488,6 +488,11 @@ class Ledger:
             row.insert(cur)
             books.add("grant", dataset, user, amount)
         return self.budget(user, dataset)
+
+
+def settled(store: Store) -> None:
+    """Wait until every settle queued so far has committed (read your own writes)."""
+    store.state(_Books).drain()
 
 
 def queued_answer(store: Store, key: str) -> Sequence[Any] | None:
