@@ -1,14 +1,16 @@
-"""Synthetic releases: check, charge, fit, sample, decode, then write atomically.
+"""Synthetic releases in three phases: prepare (owner), fit and sample (worker), write (owner).
 
-The flow of :func:`release`:
-
-1. checks that need nothing private (role, name, policy, synthesizer, options,
-   columns, budget arithmetic, the synthesizer's own public ``check``); a
-   refusal here is audited and costs nothing;
-2. the ledger charges the budget (DP synthesizers only) and commits;
-3. the synthesizer fits on the bounded source and samples; the domain decodes;
-4. one DuckDB transaction writes ``released.<name>``, any extra DP products,
-   the provenance row (also the table COMMENT) and the resumable state.
+1. :func:`prepare`, in the process that owns the store: checks that need nothing
+   private (role, name, policy, synthesizer, options, columns, budget
+   arithmetic, the synthesizer's own public ``check``; a refusal is audited
+   and costs nothing), then the ledger charges the budget (DP synthesizers
+   only) and commits. :meth:`Charged.export` then writes the bounded source to
+   a private folder (Arrow IPC).
+2. :func:`synthesize`, in a worker process (see :mod:`dpsql.jobs`): fit on that
+   source, sample, decode; the results go back to the folder as Arrow IPC and JSON.
+3. :meth:`Charged.write`, in the owner: one DuckDB transaction checks and writes
+   ``released.<name>``, any extra DP products, the provenance row (also the
+   table COMMENT) and the resumable state.
 
 A failure after the charge leaves the charge (budget is never refunded) and
 nothing else. Non-DP synthesizers need ``allow_non_dp: true`` in the policy,
@@ -21,9 +23,10 @@ import json
 import secrets
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import duckdb
 import numpy as np
@@ -36,11 +39,11 @@ from dpsql.policy import Dataset
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.source import bounded_relation
-from dpsql.store import Store, check_identifier, now
+from dpsql.store import HARDENED_CONFIG, Store, check_identifier, now
 from dpsql.synth import base as synth_base
 
 if TYPE_CHECKING:
-    from dpsql.session import Session
+    from dpsql.context import Context
 
 COPY_COLUMN = "_copy"
 
@@ -80,59 +83,138 @@ class _Plan:
     warnings: list[str]
     statement: str
 
+    def fit_spec(self) -> FitSpec:
+        """What the worker needs to fit and sample (no policy objects: those stay here)."""
+        return FitSpec(self.synth, self.synth_name, self.domain, self.cost, self.seed, self.rows,
+                       self.copies)
 
-def release(session: Session, dataset: str, synthesizer: str, *, name: str,
-            epsilon: Number | None = None, delta: Number | None = None,
-            rho: Number | None = None, rows: int | None = None, copies: int = 1,
-            columns: Sequence[str] | None = None, seed: int | None = None,
-            replace: bool = False, progress: Progress | None = None,
-            options: Mapping[str, Any] | None = None) -> Release:
-    """Release a synthetic table ``released.<name>`` of ``dataset`` (admins only)."""
-    opts = dict(options or {})
-    statement = _statement(dataset, synthesizer, name, epsilon, delta, rho, rows, copies,
-                           columns, seed, opts)
-    ledger = session.ledger
-    dataset_for_audit = dataset if dataset in session.policy.datasets else None
+
+@dataclass(frozen=True)
+class FitSpec:
+    """A fit and its sampling, sent to the worker process."""
+
+    synth: Any
+    synth_name: str
+    domain: Domain
+    cost: PrivacyCost
+    seed: int
+    rows: int | None
+    copies: int
+
+
+@dataclass(frozen=True)
+class ReleaseRequest:
+    """What an administrator asks to release (checked in :func:`prepare`)."""
+
+    dataset: str
+    synthesizer: str
+    name: str
+    epsilon: Number | None = None
+    delta: Number | None = None
+    rho: Number | None = None
+    rows: int | None = None
+    copies: int = 1
+    columns: Sequence[str] | None = None
+    seed: int | None = None
+    replace: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    kind: ClassVar[str] = "release"
+
+
+@dataclass(frozen=True)
+class MoreRequest:
+    """More copies of a resumable release ``name`` (no privacy cost)."""
+
+    name: str
+    copies: int
+    seed: int | None = None
+
+    kind: ClassVar[str] = "release_more"
+
+
+@dataclass(frozen=True)
+class Charged:
+    """A request checked, charged and audited: what a worker computes and the owner writes.
+
+    ``work(folder, *args, report=...)`` runs in the worker process and leaves its
+    results in ``folder``; :meth:`write` reads them back in the owner.
+    """
+
+    kind: str
+    name: str
+    dataset: str
+    synthesizer: str
+    audit_id: int
+    kept: str  # "; the charge of ... stays", or "" when nothing was charged
+    work: Callable[..., None]
+    args: tuple[Any, ...]
+    plan: _Plan | None = None  # a fresh release
+    entry: dict[str, Any] | None = None  # release-more: the live release it extends
+
+    def export(self, ctx: Context, folder: Path) -> None:
+        """Write what the worker reads (the bounded source of a fresh release) to ``folder``."""
+        if self.plan is not None:
+            export_source(ctx.store, self.plan.dataset, folder / SOURCE_FILE)
+
+    def write(self, ctx: Context, folder: Path, report: Progress) -> Release:
+        """Validate the worker's results and write them in one transaction."""
+        if self.plan is not None:
+            return _write_fresh(ctx, self.plan, self.audit_id, Synthetic.load(folder), report)
+        assert self.entry is not None
+        return _write_more(ctx, self, Synthetic.load(folder), report)
+
+    def failure(self, name: str) -> tuple[str, ReleaseError]:
+        """The audit reason and the error to raise when the work failed with error ``name``."""
+        return f"{name}{self.kept}", ReleaseError(
+            f"the release failed ({name}); nothing was written{self.kept} (budget is never "
+            "refunded); set DPSQL_DEBUG=1 for details")
+
+
+def prepare(ctx: Context, request: ReleaseRequest | MoreRequest) -> Charged:
+    """Check ``request`` from public information, then charge and audit it (admins only).
+
+    A refusal is audited and costs nothing; once this returns the charge is
+    committed and stays whatever happens to the work.
+    """
+    if isinstance(request, MoreRequest):
+        return _prepare_more(ctx, request)
+    r = request
+    opts = dict(r.options)
+    statement = _statement(r.dataset, r.synthesizer, r.name, r.epsilon, r.delta, r.rho, r.rows,
+                           r.copies, r.columns, r.seed, opts)
+    ledger = ctx.ledger
+    dataset_for_audit = r.dataset if r.dataset in ctx.policy.datasets else None
     try:
-        session.require_admin("release synthetic data")
-        plan = _plan(session, dataset, synthesizer, name, epsilon, delta, rho, rows, copies,
-                     columns, seed, replace, opts, statement)
+        ctx.require_admin("release synthetic data")
+        plan = _plan(ctx, r.dataset, r.synthesizer, r.name, r.epsilon, r.delta, r.rho, r.rows,
+                     r.copies, r.columns, r.seed, r.replace, opts, statement)
     except DPSQLError as err:
-        ledger.record(session.user, dataset_for_audit, statement, "refused", str(err),
+        ledger.record(ctx.user, dataset_for_audit, statement, "refused", str(err),
                       action="release")
         raise
     if plan.dp:
-        charge = ledger.charge(session.user, dataset, plan.cost, statement, action="release")
-        audit_id = charge.id
+        audit_id = ledger.charge(ctx.user, r.dataset, plan.cost, statement,
+                                 action="release").id
+        kept = f"; the charge of {plan.cost.describe(ctx.policy.delta)} stays"
     else:
-        audit_id = ledger.record(session.user, dataset, statement, "started",
+        audit_id = ledger.record(ctx.user, r.dataset, statement, "started",
                                  "not DP: labelled privacy: empirical, no budget spent",
-                                 cost=PrivacyCost.zero(session.policy.accounting),
+                                 cost=PrivacyCost.zero(ctx.policy.accounting),
                                  action="release")
-    try:
-        result = _run(session, plan, audit_id, progress or silent)
-    except BaseException as err:
-        kept = f"; the charge of {plan.cost.describe(session.policy.delta)} stays" \
-            if plan.dp else ""
-        ledger.settle(audit_id, "failed", f"{type(err).__name__}{kept}")
-        if isinstance(err, DPSQLError) or not isinstance(err, Exception):
-            raise
-        raise ReleaseError(
-            f"the release failed ({type(err).__name__}); nothing was written{kept} (budget "
-            "is never refunded); set DPSQL_DEBUG=1 for details"
-        ) from err
-    ledger.settle(audit_id, "released")
-    return result
+        kept = ""
+    return Charged("release", plan.name, plan.dataset.name, plan.synth_name, audit_id, kept,
+                   synthesize, (plan.fit_spec(),), plan=plan)
 
 
 # -- planning (public information only) -------------------------------------------------
 
 
-def _plan(session: Session, dataset_name: str, synth_name: str, name: str,
+def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
           epsilon: Number | None, delta: Number | None, rho: Number | None, rows: int | None,
           copies: int, columns: Sequence[str] | None, seed: int | None, replace_: bool,
           options: dict[str, Any], statement: str) -> _Plan:
-    store, policy = session.store, session.policy
+    store, policy = ctx.store, ctx.policy
     check_identifier(name, "release name")
     _check_count(rows, "rows", allow_none=True)
     _check_count(copies, "copies")
@@ -173,7 +255,7 @@ def _plan(session: Session, dataset_name: str, synth_name: str, name: str,
                                "release holds; choose another name for this release")
     warnings: list[str] = []
     if dp:
-        cost = session.cost(epsilon=epsilon, delta=delta, rho=rho)
+        cost = ctx.cost(epsilon=epsilon, delta=delta, rho=rho)
     else:
         cost = PrivacyCost.zero(policy.accounting)
         if epsilon is not None or rho is not None:
@@ -247,45 +329,125 @@ def _statement(dataset: str, synth: str, name: str, epsilon: Any, delta: Any, rh
 # -- fit, sample, write -------------------------------------------------------------------------
 
 
-def _run(session: Session, plan: _Plan, audit_id: int, report: Progress) -> Release:
-    store, policy = session.store, session.policy
+SOURCE_FILE = "source.arrow"
+
+
+def export_source(store: Store, dataset: Dataset, path: Path) -> None:
+    """Write the bounded source of ``dataset`` to ``path`` (Arrow IPC), for the worker.
+
+    Written by pyarrow from the store's connection, which has no file access.
+    """
+    reader = bounded_relation(store, dataset, store.cursor()).to_arrow_reader(1 << 16)
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, reader.schema) as out:
+        for batch in reader:
+            out.write_batch(batch)
+
+
+def read_arrow(path: Path) -> pa.Table:
+    """An Arrow IPC file written by :func:`save_arrow` or :func:`export_source`."""
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def save_arrow(table: pa.Table, path: Path) -> None:
+    """Write ``table`` as an Arrow IPC file."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        out.write_table(table)
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    """What a fit and its sampling produced (post-processing of the DP fit only)."""
+
+    table: pa.Table
+    products: dict[str, pa.Table]
+    description: dict[str, Any]  # JSON-able
+    state: str | None  # the fitted state as JSON, when the synthesizer keeps one
+    spent: PrivacyCost
+    rows: int
+    copies: int
+    output: str  # "rows" or "representation"
+
+    def save(self, folder: Path) -> None:
+        """Write the tables as Arrow IPC files and the rest as JSON into ``folder``."""
+        save_arrow(self.table, folder / "table.arrow")
+        for i, product in enumerate(self.products.values()):
+            save_arrow(product, folder / f"product_{i}.arrow")
+        meta = {"products": list(self.products), "description": self.description,
+                "state": self.state, "rows": self.rows, "copies": self.copies,
+                "output": self.output, "spent": [self.spent.kind, str(self.spent.units),
+                                                 self.spent.infinite]}
+        (folder / "result.json").write_text(json.dumps(meta), "utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> Synthetic:
+        """Read what :meth:`save` wrote."""
+        meta = json.loads((folder / "result.json").read_text("utf-8"))
+        products = {suffix: read_arrow(folder / f"product_{i}.arrow")
+                    for i, suffix in enumerate(meta["products"])}
+        kind, units, infinite = meta["spent"]
+        return cls(read_arrow(folder / "table.arrow"), products, meta["description"],
+                   meta["state"], PrivacyCost(kind, int(units), infinite), meta["rows"],
+                   meta["copies"], meta["output"])
+
+
+def synthesize(folder: Path, plan: FitSpec, *, report: Progress) -> None:
+    """In the worker: fit on the exported source, sample, and save the results in ``folder``."""
+    con = duckdb.connect(":memory:", config=dict(HARDENED_CONFIG))
+    try:
+        con.register("_exported", read_arrow(folder / SOURCE_FILE))
+        con.execute("CREATE TABLE source AS SELECT * FROM _exported")
+        con.unregister("_exported")
+        fit_and_sample(con.table("source"), plan, report).save(folder)
+    finally:
+        con.close()
+
+
+def fit_and_sample(source: duckdb.DuckDBPyRelation, plan: FitSpec, report: Progress
+                   ) -> Synthetic:
+    """Fit ``plan``'s synthesizer on ``source`` with its budget and seed, then sample."""
     rng = np.random.default_rng(plan.seed)
-    source = bounded_relation(store, plan.dataset)
     report("fit", 0, None)
     with warnings.catch_warnings():  # reported in the release's own warnings instead
         warnings.simplefilter("ignore", synth_base.SynthesizerWarning)
         fitted = plan.synth.fit(source, plan.domain, plan.cost, rng, report)
-    spent = fitted.spent.to(policy.accounting)
-    if plan.dp and not spent <= plan.cost:
-        raise InternalError(f"{plan.synth_name} reports spending {spent} of a budget of "
-                            f"{plan.cost}; this is a bug in the synthesizer")
-    representation = callable(getattr(fitted, "representation", None))
-    if representation:
+    if callable(getattr(fitted, "representation", None)):
         table = fitted.representation()
-        rows, copies = table.num_rows, 1
+        rows, copies, output = table.num_rows, 1, "representation"
     else:
         rows = plan.rows if plan.rows is not None else int(fitted.rows)
         if rows <= 0:
             raise ReleaseError(f"{plan.synth_name} estimated {rows} rows; pass --rows N")
-        copies = plan.copies
+        copies, output = plan.copies, "rows"
         table = sample_copies(fitted, plan.domain, rows, range(1, copies + 1), rng,
                               with_copy_column=copies > 1, report=report)
-    description = dict(fitted.describe())  # after sampling: its diagnostics are included
+    description = provenance.jsonable(dict(fitted.describe()))  # after sampling: diagnostics
     products = getattr(fitted, "products", None)
-    extra: Mapping[str, pa.Table] = products() if callable(products) else {}
-    if not set(extra) <= set(getattr(plan.synth, "product_suffixes", ())):
+    extra = dict(products().items()) if callable(products) else {}
+    state = provenance.to_json(fitted.state()) \
+        if callable(getattr(fitted, "state", None)) else None
+    return Synthetic(table, extra, description, state, fitted.spent, rows, copies, output)
+
+
+def _write_fresh(ctx: Context, plan: _Plan, audit_id: int, result: Synthetic,
+                 report: Progress) -> Release:
+    """Check the worker's results against the plan, then write them in one transaction."""
+    spent = result.spent.to(ctx.policy.accounting)
+    if plan.dp and not spent <= plan.cost:
+        raise InternalError(f"{plan.synth_name} reports spending {spent} of a budget of "
+                            f"{plan.cost}; this is a bug in the synthesizer")
+    if not set(result.products) <= set(getattr(plan.synth, "product_suffixes", ())):
         raise InternalError(f"{plan.synth_name} wrote products it did not declare; this is a "
                             "bug in dpsql")
     product_names = [f"released.{plan.name}_{check_identifier(s, 'product suffix')}"
-                     for s in extra]
-    state = fitted.state() if callable(getattr(fitted, "state", None)) else None
-    record = _record(session, plan, audit_id, fitted, spent, description, rows, copies,
-                     "representation" if representation else "rows", product_names,
-                     state is not None)
+                     for s in result.products]
+    record = _record(ctx, plan, audit_id, spent, result.description, result.rows,
+                     result.copies, result.output, product_names, result.state is not None)
     report("write", 0, 1)
-    _write(store, plan, record, table, extra, state)
+    _write(ctx.store, plan, record, result.table, result.products, result.state)
     report("write", 1, 1)
-    reported = plan.warnings + list(description.get("diagnostics", {}).get("warnings", []))
+    reported = plan.warnings + list(result.description.get("diagnostics", {})
+                                    .get("warnings", []))
     return Release(plan.name, record["release_id"], record, reported)
 
 
@@ -321,10 +483,10 @@ def _check_codes(codes: pa.Table, domain: Domain, rows: int) -> None:
                                 f"{attribute.name!r}; this is a bug in it")
 
 
-def _record(session: Session, plan: _Plan, audit_id: int, fitted: Any, spent: PrivacyCost,
+def _record(ctx: Context, plan: _Plan, audit_id: int, spent: PrivacyCost,
             description: dict[str, Any], rows: int, copies: int, output: str,
             products: list[str], resumable: bool) -> dict[str, Any]:
-    policy, store, ds = session.policy, session.store, plan.dataset
+    policy, store, ds = ctx.policy, ctx.store, plan.dataset
     delta = policy.delta
     module = type(plan.synth).__module__
     known = {"parameters", "measurements", "diagnostics"}
@@ -357,7 +519,7 @@ def _record(session: Session, plan: _Plan, audit_id: int, fitted: Any, spent: Pr
         "total_rows": rows * copies,
         "products": products,
         "resumable": resumable,
-        "released_by": session.user,
+        "released_by": ctx.user,
         "released_at": now().isoformat(),
         "audit_id": audit_id,
         "dpsql_version": __version__,
@@ -366,7 +528,7 @@ def _record(session: Session, plan: _Plan, audit_id: int, fitted: Any, spent: Pr
 
 
 def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
-           extra: Mapping[str, pa.Table], state: dict[str, Any] | None) -> None:
+           extra: Mapping[str, pa.Table], state: str | None) -> None:
     """Table, products, provenance, comment and state in one transaction."""
     name = plan.name
     with store.lock, store.transaction() as cur:
@@ -392,8 +554,7 @@ def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
         provenance.insert(cur, record)
         if state is not None:
             cur.execute("INSERT INTO dpsql.release_states VALUES (?, ?, ?, ?)",
-                        [record["release_id"], plan.synth_name, provenance.to_json(state),
-                         now()])
+                        [record["release_id"], plan.synth_name, state, now()])
 
 
 def _create(cur: duckdb.DuckDBPyConnection, table_name: str, data: pa.Table,
@@ -420,16 +581,11 @@ def _comment(cur: duckdb.DuckDBPyConnection, table_name: str, record: dict[str, 
 # -- more copies from a stored state ----------------------------------------------------------
 
 
-def release_more(session: Session, name: str, copies: int, *, seed: int | None = None,
-                 progress: Progress | None = None) -> Release:
-    """Append ``copies`` more synthetic copies to a resumable release, at no privacy cost.
-
-    Sampling from the stored DP state is post-processing; the release's
-    provenance records each extension. Audited like a release (zero cost).
-    """
-    session.require_admin("release synthetic data")
-    _check_count(copies, "copies")
-    store, report = session.store, progress or silent
+def _prepare_more(ctx: Context, request: MoreRequest) -> Charged:
+    """Check a release-more request and audit it (sampling from a DP state costs nothing)."""
+    ctx.require_admin("release synthetic data")
+    _check_count(request.copies, "copies")
+    store, name = ctx.store, request.name
     entry = provenance.find(store, name)
     record = entry["record"]
     synth_name = record["synthesizer"]["name"]
@@ -439,41 +595,51 @@ def release_more(session: Session, name: str, copies: int, *, seed: int | None =
         raise ReleaseError(f"release {name!r} ({synth_name}) kept no state to sample from; "
                            "release again with more --copies instead")
     synth = synth_base.get(synth_name, **record["synthesizer"]["options"])
-    restore = getattr(synth, "restore", None)
-    if not callable(restore):
+    if not callable(getattr(synth, "restore", None)):
         raise ReleaseError(f"synthesizer {synth_name!r} cannot restore a stored state; release "
                            "again with more --copies instead")
+    seed = request.seed
     chosen = int(seed) if seed is not None else secrets.randbits(63)
-    statement = f"release-more {name} --copies {copies}" + (
+    statement = f"release-more {name} --copies {request.copies}" + (
         f" --seed {seed}" if seed is not None else "")
-    audit_id = session.ledger.record(session.user, record["dataset"]["name"], statement,
-                                     "started", "sampling from the stored DP state: no cost",
-                                     cost=PrivacyCost.zero(session.policy.accounting),
-                                     action="release")
-    try:
-        domain = provenance.domain_of(store, record)
-        fitted = restore(json.loads(row[0]), domain)
-        first = int(record["copies"]) + 1
-        numbers = list(range(first, first + copies))
-        table = sample_copies(fitted, domain, int(record["rows"]), numbers,
-                              np.random.default_rng(chosen), with_copy_column=True,
-                              report=report)
-        record = {**record, "copies": first - 1 + copies,
-                  "total_rows": record["rows"] * (first - 1 + copies),
-                  "extensions": [*record.get("extensions", []), {
-                      "copies": numbers,
-                      "seed": {"value": chosen,
-                               "source": "generated" if seed is None else "user"},
-                      "by": session.user, "at": now().isoformat(timespec="seconds"),
-                      "audit_id": audit_id}]}
-        report("write", 0, 1)
-        _append(store, entry, record, table)
-        report("write", 1, 1)
-    except BaseException as err:
-        session.ledger.settle(audit_id, "failed", type(err).__name__)
-        raise
-    session.ledger.settle(audit_id, "released")
-    return Release(name, record["release_id"], record)
+    dataset = record["dataset"]["name"]
+    audit_id = ctx.ledger.record(ctx.user, dataset, statement, "started",
+                                 "sampling from the stored DP state: no cost",
+                                 cost=PrivacyCost.zero(ctx.policy.accounting), action="release")
+    first = int(record["copies"]) + 1
+    numbers = list(range(first, first + request.copies))
+    extension = {"copies": numbers,
+                 "seed": {"value": chosen, "source": "generated" if seed is None else "user"},
+                 "by": ctx.user, "at": now().isoformat(timespec="seconds"),
+                 "audit_id": audit_id}
+    args = (synth, row[0], provenance.domain_of(store, record), int(record["rows"]), numbers,
+            chosen)
+    return Charged("release_more", name, dataset, synth_name, audit_id, "", sample_more, args,
+                   entry={**entry, "extension": extension})
+
+
+def sample_more(folder: Path, synth: Any, state: str, domain: Domain, rows: int,
+                numbers: list[int], seed: int, *, report: Progress) -> None:
+    """In the worker: restore the stored DP state and sample copies ``numbers`` into ``folder``."""
+    fitted = synth.restore(json.loads(state), domain)
+    table = sample_copies(fitted, domain, rows, numbers, np.random.default_rng(seed),
+                          with_copy_column=True, report=report)
+    Synthetic(table, {}, {}, None, PrivacyCost.zero("zcdp"), rows, len(numbers),
+              "rows").save(folder)
+
+
+def _write_more(ctx: Context, charged: Charged, result: Synthetic, report: Progress) -> Release:
+    """Append the sampled copies and the extended provenance in one transaction."""
+    assert charged.entry is not None
+    entry = {k: v for k, v in charged.entry.items() if k != "extension"}
+    extension, record = charged.entry["extension"], entry["record"]
+    copies = int(record["copies"]) + len(extension["copies"])
+    record = {**record, "copies": copies, "total_rows": record["rows"] * copies,
+              "extensions": [*record.get("extensions", []), extension]}
+    report("write", 0, 1)
+    _append(ctx.store, entry, record, result.table)
+    report("write", 1, 1)
+    return Release(charged.name, record["release_id"], record)
 
 
 def _append(store: Store, entry: dict[str, Any], record: dict[str, Any],

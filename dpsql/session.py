@@ -22,10 +22,11 @@ from dpsql.store import Store, check_identifier
 
 if TYPE_CHECKING:
     from dpsql.context import Context
+    from dpsql.jobs import Jobs
     from dpsql.outside import Handling, Outside
     from dpsql.progress import Progress
     from dpsql.query.answer import Answer
-    from dpsql.release import Release
+    from dpsql.release import MoreRequest, Release, ReleaseRequest
 
 
 DOMAIN_READ = "not DP: an administrator checked the raw rows against the policy's domains"
@@ -202,27 +203,38 @@ class Session:
                 options: Mapping[str, Any] | None = None, **synth_options: Any) -> Release:
         """Release a DP synthetic table ``released.<name>`` of ``dataset`` (admins only).
 
-        Charges the ledger first, then fits, samples and writes the table with its
-        provenance in one transaction. Synthesizer options come as keywords or as
-        ``options`` (a mapping, e.g. the CLI's ``--option k=v``), not both; one named
-        like a release parameter is refused. See :mod:`dpsql.release`.
+        Charges the ledger first, then fits and samples in a worker process and
+        writes the table with its provenance in one transaction; Ctrl-C cancels it
+        (the charge stays). Synthesizer options come as keywords or as ``options``
+        (a mapping, e.g. the CLI's ``--option k=v``), not both; one named like a
+        release parameter is refused. See :mod:`dpsql.jobs`.
         """
-        from dpsql.release import release
+        from dpsql.release import ReleaseRequest
 
         if options and synth_options:
             raise ConfigurationError("give synthesizer options as keywords or as options=, "
                                      "not both")
-        return release(self, dataset, synthesizer, name=name, epsilon=epsilon, delta=delta,
-                       rho=rho, rows=rows, copies=copies, columns=columns, seed=seed,
-                       replace=replace, progress=progress,
-                       options=dict(options or synth_options))
+        job = self.submit(ReleaseRequest(dataset, synthesizer, name, epsilon, delta, rho, rows,
+                                         copies, columns, seed, replace,
+                                         dict(options or synth_options)))
+        return self.jobs().wait(job, progress)
 
     def release_more(self, name: str, copies: int, *, seed: int | None = None,
                      progress: Progress | None = None) -> Release:
         """Append more copies to a resumable release, sampled from its DP state (no cost)."""
-        from dpsql.release import release_more
+        from dpsql.release import MoreRequest
 
-        return release_more(self, name, copies, seed=seed, progress=progress)
+        return self.jobs().wait(self.submit(MoreRequest(name, copies, seed)), progress)
+
+    def submit(self, request: ReleaseRequest | MoreRequest) -> int:
+        """Charge a release request now and run it in the background; returns its job id."""
+        return self.jobs().submit(self.context(), request)
+
+    def jobs(self) -> Jobs:
+        """The store's release jobs (see :mod:`dpsql.jobs`)."""
+        from dpsql.jobs import jobs
+
+        return jobs(self.store)
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:

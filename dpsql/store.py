@@ -21,6 +21,7 @@ import logging
 import math
 import re
 import secrets
+import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -38,7 +39,7 @@ from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.policy import Policy, did_you_mean
 from dpsql.synth.base import known_names
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -107,6 +108,16 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "coalesce(c.action, 'query'), c.statement, c.kind, c.units, c.infinite, "
         "'charged', 'the process ended before the outcome was recorded', c.fingerprint "
         "FROM dpsql.charges c ANTI JOIN dpsql.audit a ON a.id = c.audit_id",
+    ]),
+    # 6: release jobs (dpsql.jobs), run in a worker process and listed by dpsql jobs.
+    (6, [
+        "CREATE SEQUENCE dpsql.job_ids",
+        """CREATE TABLE dpsql.jobs (
+            id BIGINT PRIMARY KEY, user_name VARCHAR NOT NULL, kind VARCHAR NOT NULL,
+            name VARCHAR NOT NULL, dataset VARCHAR, synthesizer VARCHAR,
+            state VARCHAR NOT NULL, stage VARCHAR, fraction DOUBLE,
+            submitted_at TIMESTAMP NOT NULL, finished_at TIMESTAMP, audit_id BIGINT,
+            worker_pid INTEGER, folder VARCHAR, error VARCHAR)""",
     ]),
 ]
 
@@ -215,6 +226,7 @@ class Store:
             store = cls(resolved, _connect(resolved))
             try:
                 store._migrate(create)
+                store._recover_jobs()
                 store._install_udfs()
                 store._key = _file_identity(resolved)
                 if store._key is None:
@@ -232,10 +244,13 @@ class Store:
             if self._users > 0:
                 return
             _open_stores.pop(self._key, None)
-            for state in self._state.values():  # e.g. the free queries' isolated database
+            for state in self._state.values():  # release jobs, the free queries' database
                 close = getattr(state, "close", None)
                 if callable(close):
                     close()
+            self.flush()
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
             self._con.close()
 
     def __enter__(self) -> Store:
@@ -273,6 +288,24 @@ class Store:
                 if number == 1:
                     cur.execute("INSERT INTO dpsql.meta VALUES ('secret', ?), ('created_at', ?)",
                                 [secrets.token_hex(32), now().isoformat()])
+
+    def _recover_jobs(self) -> None:
+        """Release jobs the last process left queued or running become ``interrupted``.
+
+        Their charge stays; the write of their result is one transaction, so nothing
+        was written; their temporary folders, which hold the bounded rows, are removed.
+        """
+        with self.transaction() as cur:
+            for (folder,) in cur.execute("SELECT folder FROM dpsql.jobs WHERE state IN "
+                                         "('queued', 'running') AND folder IS NOT NULL"
+                                         ).fetchall():
+                shutil.rmtree(folder, ignore_errors=True)  # the bounded rows it exported
+            orphans = "SELECT audit_id FROM dpsql.jobs WHERE state IN ('queued', 'running')"
+            cur.execute("UPDATE dpsql.audit SET outcome = 'interrupted', reason = 'the process "
+                        f"running the release ended; nothing was written' WHERE id IN ({orphans})")
+            cur.execute("UPDATE dpsql.jobs SET state = 'interrupted', finished_at = ?, "
+                        "error = 'the process running it ended; nothing was written' "
+                        "WHERE state IN ('queued', 'running')", [now()])
 
     def _install_udfs(self) -> None:
         with self.transaction() as cur:

@@ -26,6 +26,7 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _load_commands() -> None:
+    import dpsql.cli.jobs  # dpsql jobs
     import dpsql.cli.serve  # dpsql serve (its own line keeps merges easy)
     import dpsql.cli.user  # noqa: F401  (dpsql user)
     from dpsql.cli import (  # noqa: F401  (registers commands)

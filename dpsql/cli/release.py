@@ -138,18 +138,21 @@ def _print_release(result: Release, remaining: str | None) -> None:
 @click.option("--replace", is_flag=True,
               help="Replace an existing release of that name (its provenance is kept, marked "
                    "superseded).")
+@click.option("--detach", is_flag=True,
+              help="Print the job id once charged and return (dpsql jobs shows its progress).")
 @db_option
 @as_option
 @json_option
 def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
                 delta: str | None, rho: str | None, rows: int | None, copies: int,
                 columns: str | None, seed: int | None, options: tuple[str, ...], replace: bool,
-                db: str, actor: str | None, as_json: bool) -> None:
+                detach: bool, db: str, actor: str | None, as_json: bool) -> None:
     """Release a DP synthetic table of DATASET as released.T (administrators only).
 
     The budget is charged before anything private is computed and is never
-    refunded, even if fitting fails; nothing is written unless the whole
-    release succeeds. Analysts then read released.T with any SQL, for free.
+    refunded, even if fitting fails or the job is cancelled (Ctrl-C, dpsql jobs
+    cancel); nothing is written unless the whole release succeeds. The fit runs
+    in a worker process. Analysts then read released.T with any SQL, for free.
 
     \b
     Examples:
@@ -158,20 +161,28 @@ def release_cmd(dataset: str, synthesizer: str, name: str, epsilon: str | None,
           --name adult_joint --copies 5
       dpsql release adult --synth range --epsilon 0.5 --columns age --name age_ranges
     """  # noqa: D301 (click needs a real \b)
+    from dpsql.release import ReleaseRequest
     from dpsql.session import connect
 
     bar = ProgressBar(enabled=not as_json)
+    request = ReleaseRequest(dataset, synthesizer, name, epsilon, delta, rho, rows, copies,
+                             _columns(columns), seed, replace, _options(options))
     with connect(db, default_actor(actor, db)) as session:
+        job = session.submit(request)
+        if detach:
+            if as_json:
+                emit_json({"job": job})
+            else:
+                click.echo(f"job {job}: charged and queued; dpsql jobs shows its progress, "
+                           f"dpsql jobs cancel {job} stops it (the charge stays)")
+            return
         try:
-            result = session.release(dataset, synthesizer=synthesizer, name=name,
-                                     epsilon=epsilon, delta=delta, rho=rho, rows=rows,
-                                     copies=copies, columns=_columns(columns), seed=seed,
-                                     replace=replace, progress=bar,
-                                     options=_options(options))
+            result = session.jobs().wait(job, bar)
         except KeyboardInterrupt:
             bar.close()
             last = session.audit(session.user, last=1)
-            kept = last[0]["reason"] if last and last[0]["outcome"] == "failed" else None
+            kept = last[0]["reason"] if last and last[0]["outcome"] in ("failed", "cancelled") \
+                else None
             click.echo("interrupted: nothing was written" + (
                 f" ({kept.partition('; ')[2]})" if kept and "; " in kept else ""), err=True)
             raise

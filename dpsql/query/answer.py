@@ -211,12 +211,14 @@ def _show(call: _Call, name: str, text: str) -> Answer:
         return Answer(meta.datasets_table(ctx), "show", zero, status="SHOW")
     if lowered == "dpsql.released":
         return Answer(meta.released_table(ctx), "show", zero, status="SHOW")
+    if lowered == "dpsql.jobs":
+        return Answer(meta.jobs_table(ctx), "show", zero, status="SHOW")
     try:
         short = option_name(name)
     except QueryRejected as err:
         raise reject(text, f"SHOW {name} is not available", 0, construct="SHOW",
                      advice="SHOW dpsql.<option>, dpsql.budget, dpsql.datasets, "
-                     "dpsql.released or ALL") from err
+                     "dpsql.released, dpsql.jobs (administrators) or ALL") from err
     return Answer(meta.option_rows(ctx, [short]), "show", zero, status="SHOW")
 
 

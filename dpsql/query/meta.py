@@ -3,8 +3,9 @@
 ``SHOW dpsql.<option>`` / ``SHOW ALL``, ``SHOW dpsql.budget`` and
 ``SELECT * FROM dpsql_budget()`` (the caller's own budgets), ``SHOW
 dpsql.datasets`` (the public schema: columns and their domains) and ``SHOW
-dpsql.released`` (released synthetic tables). Everything here is public
-information or the caller's own standing; nothing reads sensitive rows.
+dpsql.released`` (released synthetic tables), ``SHOW dpsql.jobs`` (release jobs,
+administrators only). Everything here is public information or the caller's own
+standing; nothing reads sensitive rows.
 """
 
 from __future__ import annotations
@@ -151,3 +152,19 @@ def released_table(ctx: Context) -> pa.Table:
     return pa.table({n: pa.array([f"{SCHEMA}.{r[0]}" if i == 0 else
                                   (None if r[i] is None else str(r[i])) for r in rows],
                                  pa.string()) for i, n in enumerate(names)})
+
+
+def jobs_table(ctx: Context) -> pa.Table:
+    """Release jobs with their state and progress, newest first (administrators only).
+
+    Analysts are refused: they release nothing, and the jobs name who released
+    what and when.
+    """
+    from dpsql.jobs import COLUMNS, jobs
+
+    ctx.require_admin("list release jobs (SHOW dpsql.jobs)")
+    rows = jobs(ctx.store).list()
+    types = {"id": pa.int64(), "fraction": pa.float64(), "audit_id": pa.int64(),
+             "worker_pid": pa.int64()}
+    return pa.table({c: pa.array([r[c] if c in types else None if r[c] is None else str(r[c])
+                                  for r in rows], types.get(c, pa.string())) for c in COLUMNS})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,12 +16,12 @@ import dpsql
 from dpsql.privacy import PrivacyCost
 from dpsql.session import Session
 from dpsql.synth import base
-from dpsql.synth.histogram import FittedHistogram, Independent
+from dpsql.synth.histogram import FittedHistogram, Independent, Joint
 
 from ..conftest import policy_text
 
-ALL = ("independent, joint, range, crash_sample, crash_write, overspend, not_dp, lowering, "
-       "with_products")
+ALL = ("independent, joint, range, crash_sample, crash_write, overspend, not_dp, "
+       "not_dp_joint, lowering, with_products, slow")
 
 
 class CrashingFit:
@@ -99,6 +100,17 @@ class NotDP(Independent):
 
 
 @dataclass
+class NotDPJoint(Joint):
+    """Releases the exact joint histogram: not DP at all."""
+
+    name: ClassVar[str] = "not_dp_joint"
+    is_dp: ClassVar[bool] = False  # type: ignore[misc]
+
+    def fit(self, source, domain, budget, rng, progress=None):
+        return super().fit(source, domain, PrivacyCost.unbounded(budget.kind), rng, progress)
+
+
+@dataclass
 class Lowering(Independent):
     name: ClassVar[str] = "lowering"
     privacy_lowering_options: ClassVar[tuple[str, ...]] = ("passthrough",)
@@ -118,16 +130,39 @@ class WithProducts(Independent):
         return fitted
 
 
-TEST_SYNTHESIZERS = {"crash_sample": CrashSample, "crash_write": CrashWrite,
-                     "overspend": Overspend, "not_dp": NotDP, "lowering": Lowering,
+@dataclass
+class Slow(Independent):
+    """Reports stage "wait" once, waits ``seconds`` silently, then fits like independent.
+
+    Silent like a long NUTS chain: only the worker's watch of its parent can end it.
+    """
+
+    name: ClassVar[str] = "slow"
+    seconds: float = 60.0
+
+    def fit(self, source, domain, budget, rng, progress=None):
+        if progress is not None:
+            progress("wait", 0, self.seconds)
+        time.sleep(self.seconds)
+        return super().fit(source, domain, budget, rng, progress)
+
+
+TEST_SYNTHESIZERS = {"slow": Slow, "crash_sample": CrashSample, "crash_write": CrashWrite,
+                     "overspend": Overspend, "not_dp": NotDP,
+                     "not_dp_joint": NotDPJoint, "lowering": Lowering,
                      "with_products": WithProducts}
+
+
+def register_test_synthesizers() -> None:
+    """Register the synthesizers above (the built-ins first)."""
+    base.available()
+    for name, factory in TEST_SYNTHESIZERS.items():
+        base.register(name)(factory)
 
 
 @pytest.fixture(autouse=True)
 def test_synthesizers() -> Iterator[None]:
-    base.available()  # load the built-ins first
-    for name, factory in TEST_SYNTHESIZERS.items():
-        base.register(name)(factory)
+    register_test_synthesizers()
     yield
     for name in TEST_SYNTHESIZERS:
         base._registry.pop(name, None)

@@ -84,16 +84,37 @@ def test_the_whole_release_tour(store_path, tmp_path):
 
 
 def test_an_interrupted_release_says_its_charge_stays(store_path):
-    # Ctrl-C once the charge is made (the fit is replaced by an interrupt): a real process.
-    code = ("import sys\nimport dpsql.release as r\n"
-            "def interrupted(*args, **kwargs):\n    raise KeyboardInterrupt\n"
-            "r._run = interrupted\nfrom dpsql.cli import main\n"
+    # Ctrl-C once the job is charged and reports progress (as the progress bar sees a
+    # pressed Ctrl-C): a real process; the job is cancelled, its worker stopped.
+    code = ("import sys\nfrom dpsql.cli import main, sigint\nsigint.seen = lambda: True\n"
             "sys.argv = ['dpsql', 'release', 'adult', '--synth', 'independent', '--epsilon', "
             "'0.5', '--columns', 'sex', '--name', 'cut']\nmain()\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "DPSQL_DB": str(store_path)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=300)
-    assert done.returncode != 0
+    assert done.returncode == 130, done.stderr
     assert "interrupted: nothing was written (the charge of rho=" in done.stderr
     assert "stays)" in done.stderr
+    jobs = json.loads(run("jobs", "--json", db=store_path).stdout)
+    assert [(j["name"], j["state"]) for j in jobs] == [("cut", "cancelled")]
+    assert jobs[0]["error"].startswith("cancelled by admin; the charge of rho=")
     assert run("releases", "show", "cut", db=store_path).returncode == 7  # no release
+
+
+def test_a_detached_release_and_the_jobs_list(store_path):
+    detached = run("release", "adult", "--synth", "independent", "--epsilon", "0.5",
+                   "--columns", "sex,race", "--name", "bg", "--detach", db=store_path)
+    assert detached.returncode == 0, detached.stderr
+    assert detached.stdout.startswith("job 1: charged and queued;")
+    # This CLI owned the store: it ran the job before it exited.
+    listed = run("jobs", db=store_path)
+    assert listed.returncode == 0, listed.stderr
+    header, _, row = listed.stdout.splitlines()
+    assert header.split()[:7] == ["id", "state", "progress", "kind", "name", "dataset",
+                                  "synthesizer"]
+    assert row.split()[:7] == ["1", "succeeded", "write", "release", "bg", "adult",
+                               "independent"]
+    assert run("jobs", db=store_path, user="alice").returncode == 6  # analysts: refused
+    refused = run("jobs", "cancel", "1", db=store_path)
+    assert refused.returncode == 7
+    assert "not queued or running" in refused.stderr

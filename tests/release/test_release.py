@@ -16,9 +16,10 @@ from dpsql.errors import (
     InternalError,
     ReleaseError,
 )
+from dpsql.jobs import Jobs
 from dpsql.provenance import export, read_parquet_record
 
-from .conftest import WithProducts, release_policy
+from .conftest import release_policy
 
 COLUMNS = ["age", "sex", "race", "income_50k"]
 
@@ -154,16 +155,16 @@ def test_a_product_never_takes_another_releases_table(admin_session):
 
 
 def test_a_product_taken_after_the_plan_is_not_overwritten(admin_session, monkeypatch):
-    # Another release takes the product's name while this one fits: nothing is written.
-    real_fit = WithProducts.fit
+    # Another release takes the product's name while this one fits (in its worker process,
+    # which the owner waits for here): nothing is written.
+    real_fit = Jobs._in_worker
 
     def fit_then_race(self, *args, **kwargs):
-        fitted = real_fit(self, *args, **kwargs)
+        real_fit(self, *args, **kwargs)
         with admin_session.store.transaction() as cur:
             cur.execute("CREATE TABLE released.y_aggregates AS SELECT 1 AS other")
-        return fitted
 
-    monkeypatch.setattr(WithProducts, "fit", fit_then_race)
+    monkeypatch.setattr(Jobs, "_in_worker", fit_then_race)
     with pytest.raises(ReleaseError, match="belongs to another release; nothing was written"):
         admin_session.release("adult", synthesizer="with_products", epsilon=0.5,
                               columns=["race"], name="y")

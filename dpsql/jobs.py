@@ -1,0 +1,312 @@
+"""Releases as background jobs: charged at once, fitted in a worker process, written at the end.
+
+:meth:`Jobs.submit` checks and charges a release request in the caller's thread
+(a refused request costs nothing and raises there). The job then runs on the
+store's one job thread, in order: it writes the bounded source to a private
+temporary folder, a worker process (started with "spawn": the server is
+multi-threaded, so never fork) fits and samples from it and leaves its results
+there, and the owner writes them in one store transaction. The folder is
+removed when the job ends, however it ends.
+
+The worker dies with its parent: a thread in it waits on the pipe to the parent
+and ends the process when the pipe closes, so ``kill -9`` of the owner leaves
+no fit running. Jobs are rows of ``dpsql.jobs``; the store marks those a dead
+process left queued or running ``interrupted`` when it is next opened (their
+charge stays; their table was never written, since the write is one transaction).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from dpsql.context import Context
+from dpsql.errors import DPSQLError, ReleaseError
+from dpsql.progress import Progress, silent
+from dpsql.release import Charged, MoreRequest, Release, ReleaseRequest, prepare
+from dpsql.store import Store, now
+
+LIVE = ("queued", "running")
+COLUMNS = ("id", "user", "kind", "name", "dataset", "synthesizer", "state", "stage",
+           "fraction", "submitted_at", "finished_at", "audit_id", "worker_pid", "error")
+
+
+class _WorkerFailed(Exception):
+    """The worker raised ``name`` (not a dpsql error, so only its type name travels)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _Cancelled(Exception):
+    """The job was cancelled before its result was written."""
+
+
+@dataclass
+class _Job:
+    """A job of this process: its request, its progress so far and how it ended."""
+
+    id: int
+    ctx: Context
+    charged: Charged
+    events: list[tuple[str, float, float | None]] = field(default_factory=list)
+    worker: Any = None  # the worker process while it runs
+    cancelled_by: str | None = None
+    writing: bool = False
+    finished: bool = False
+    result: Release | None = None
+    error: BaseException | None = None
+
+
+class Jobs:
+    """The release jobs of one open store: get it with :func:`jobs`."""
+
+    def __init__(self) -> None:
+        self.store: Store | None = None
+        self._jobs: dict[int, _Job] = {}
+        self._changed = threading.Condition()  # guards every _Job's fields
+        self._runner = ThreadPoolExecutor(1, thread_name_prefix="dpsql-jobs")
+
+    def submit(self, ctx: Context, request: ReleaseRequest | MoreRequest) -> int:
+        """Check and charge ``request`` now, then queue its work; returns the job id."""
+        charged = prepare(ctx, request)
+        with ctx.store.transaction() as cur:
+            row = cur.execute(
+                "INSERT INTO dpsql.jobs (id, user_name, kind, name, dataset, synthesizer, "
+                "state, submitted_at, audit_id) VALUES (nextval('dpsql.job_ids'), ?, ?, ?, ?, "
+                "?, 'queued', ?, ?) RETURNING id",
+                [ctx.user, charged.kind, charged.name, charged.dataset, charged.synthesizer,
+                 now(), charged.audit_id]).fetchone()
+        assert row is not None
+        job = _Job(int(row[0]), ctx, charged)
+        with self._changed:
+            self._jobs[job.id] = job
+        self._runner.submit(self._run, job)
+        return job.id
+
+    def wait(self, job_id: int, progress: Progress | None = None) -> Release:
+        """Wait for a job of this process, reporting its progress; returns its release.
+
+        A KeyboardInterrupt (Ctrl-C) while waiting cancels the job and is re-raised;
+        the charge stays.
+        """
+        job = self._job(job_id)
+        report, seen = progress or silent, 0
+        try:
+            while True:
+                with self._changed:
+                    self._changed.wait_for(lambda n=seen: len(job.events) > n or job.finished,
+                                           0.5)
+                    events, finished = job.events[seen:], job.finished
+                seen += len(events)
+                for event in events:
+                    report(*event)
+                if finished and not events:
+                    break
+        except KeyboardInterrupt:
+            self.cancel(job_id, job.ctx.user, quiet=True)
+            raise
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
+
+    def cancel(self, job_id: int, by: str, *, quiet: bool = False) -> None:
+        """Stop a queued or running job and wait until it is settled (the charge stays).
+
+        Refused once its result is being written; ``quiet`` returns instead.
+        """
+        with self._changed:
+            job = self._jobs.get(job_id)
+            if job is None or job.finished or job.writing or job.cancelled_by:
+                if quiet:
+                    return
+                raise ReleaseError(f"job {job_id} is not queued or running in this process"
+                                   + ("; it is writing its result" if job and job.writing
+                                      else "") + "; see dpsql jobs")
+            job.cancelled_by = by
+            if job.worker is not None:
+                job.worker.kill()
+            self._changed.wait_for(lambda: job.finished)
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every job of the store, newest first, with the live progress of this process's."""
+        assert self.store is not None
+        rows = self.store.cursor().execute(
+            "SELECT id, user_name, kind, name, dataset, synthesizer, state, stage, fraction, "
+            "submitted_at, finished_at, audit_id, worker_pid, error FROM dpsql.jobs "
+            "ORDER BY id DESC").fetchall()
+        out = [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+        with self._changed:
+            for item in out:
+                job = self._jobs.get(item["id"])
+                if job is not None and not job.finished and job.events:
+                    stage, done, total = job.events[-1]
+                    item["stage"], item["fraction"] = stage, _fraction(done, total)
+        return out
+
+    def close(self) -> None:
+        """Wait for the queued and running jobs (Ctrl-C cancels them), then stop."""
+        try:
+            self._runner.shutdown(wait=True)
+        except KeyboardInterrupt:
+            with self._changed:
+                live = [j.id for j in self._jobs.values() if not j.finished]
+            for job_id in live:
+                self.cancel(job_id, "shutdown", quiet=True)
+            raise
+
+    # -- the job thread ---------------------------------------------------------------
+    def _job(self, job_id: int) -> _Job:
+        with self._changed:
+            job = self._jobs.get(job_id)
+        if job is None:
+            raise ReleaseError(f"no job {job_id} in this process; see dpsql jobs")
+        return job
+
+    def _run(self, job: _Job) -> None:
+        ctx, charged = job.ctx, job.charged
+        outcome, reason = "released", None
+        try:
+            with tempfile.TemporaryDirectory(prefix="dpsql-release-") as folder:  # mode 0700
+                self._check_cancelled(job)
+                _update(ctx.store, job.id, state="running", folder=folder)
+                charged.export(ctx, Path(folder))
+                self._in_worker(job, Path(folder))
+                with self._changed:
+                    self._check_cancelled(job)
+                    job.writing = True
+                job.result = charged.write(ctx, Path(folder), self._reporter(job))
+        except _Cancelled:
+            outcome, reason = "cancelled", f"cancelled by {job.cancelled_by}{charged.kept}"
+            job.error = ReleaseError(f"job {job.id} was {reason}")
+        except BaseException as err:  # settled, then raised in the waiter
+            name = err.name if isinstance(err, _WorkerFailed) else type(err).__name__
+            outcome, (reason, wrapped) = "failed", charged.failure(name)
+            job.error = err if isinstance(err, DPSQLError) else wrapped
+            if not isinstance(err, (_WorkerFailed, DPSQLError)):
+                job.error.__cause__ = err
+        state = {"released": "succeeded", "cancelled": "cancelled"}.get(outcome, "failed")
+        try:
+            ctx.ledger.settle(charged.audit_id, outcome, reason)
+            _update(ctx.store, job.id, state=state, finished_at=now(), error=reason)
+        finally:  # a waiter never waits for a job that ended
+            with self._changed:
+                job.finished = True
+                self._changed.notify_all()
+
+    def _check_cancelled(self, job: _Job) -> None:
+        if job.cancelled_by is not None:
+            raise _Cancelled()
+
+    def _reporter(self, job: _Job) -> Progress:
+        """A Progress that records events for the waiters and the stage in the job's row."""
+        def report(stage: str, done: float, total: float | None = None) -> None:
+            with self._changed:
+                changed = not job.events or job.events[-1][0] != stage
+                job.events.append((stage, done, total))
+                self._changed.notify_all()
+            if changed:
+                _update(job.ctx.store, job.id, stage=stage, fraction=_fraction(done, total))
+        return report
+
+    def _in_worker(self, job: _Job, folder: Path) -> None:
+        """Run the job's work in a spawned worker process, relaying its progress."""
+        spawn = multiprocessing.get_context("spawn")
+        mine, theirs = spawn.Pipe()
+        worker = spawn.Process(target=_worker, name=f"dpsql-job-{job.id}",
+                               args=(theirs, job.charged.work, job.charged.args, str(folder)))
+        with self._changed:
+            self._check_cancelled(job)
+            worker.start()
+            job.worker = worker
+        theirs.close()
+        report = self._reporter(job)
+        try:
+            _update(job.ctx.store, job.id, worker_pid=worker.pid)
+            while True:
+                try:
+                    message = mine.recv()
+                except EOFError:
+                    self._check_cancelled(job)
+                    raise _WorkerFailed("WorkerDied") from None
+                if message[0] == "progress":
+                    report(*message[1:])
+                elif message[0] == "done":
+                    return
+                else:
+                    raise message[2] or _WorkerFailed(message[1])
+        finally:
+            mine.close()
+            worker.join(5)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+            with self._changed:
+                job.worker = None
+
+
+def jobs(store: Store) -> Jobs:
+    """The job runner of an open store (one per store; it closes with the store)."""
+    runner = store.state(Jobs)
+    runner.store = store
+    return runner
+
+
+def _fraction(done: float, total: float | None) -> float | None:
+    return None if not total else min(1.0, done / total)
+
+
+def _update(target: Store | duckdb.DuckDBPyConnection, job_id: int, **values: Any) -> None:
+    """Set columns of one job row (in a transaction of its own, or in the cursor's)."""
+    if isinstance(target, Store):
+        with target.transaction() as cur:
+            _update(cur, job_id, **values)
+        return
+    names = ", ".join(f"{name} = ?" for name in values)
+    target.execute(f"UPDATE dpsql.jobs SET {names} WHERE id = ?", [*values.values(), job_id])
+
+
+# -- the worker process -------------------------------------------------------------------
+
+
+def _worker(conn: Connection, work: Callable[..., None], args: tuple[Any, ...],
+            folder: str) -> None:
+    """Run ``work(folder, *args)`` and send its progress and outcome to the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to act on
+    threading.Thread(target=_exit_with_parent, args=(conn,), daemon=True,
+                     name="dpsql-parent-watch").start()
+
+    def report(stage: str, done: float, total: float | None = None) -> None:
+        conn.send(("progress", stage, done, total))
+
+    try:
+        work(Path(folder), *args, report=report)
+    except BaseException as err:  # the parent settles the job
+        if os.environ.get("DPSQL_DEBUG"):
+            traceback.print_exc(file=sys.stderr)
+        conn.send(("error", type(err).__name__, err if isinstance(err, DPSQLError) else None))
+        return
+    conn.send(("done",))
+
+
+def _exit_with_parent(conn: Connection) -> None:
+    """End this process when the parent's end of the pipe closes (the parent died)."""
+    with contextlib.suppress(EOFError, OSError):
+        conn.recv()
+    os._exit(1)
