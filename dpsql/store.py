@@ -248,9 +248,6 @@ class Store:
                 close = getattr(state, "close", None)
                 if callable(close):
                     close()
-            self.flush()
-            if self._writer is not None:
-                self._writer.shutdown(wait=True)
             self._con.close()
 
     def __enter__(self) -> Store:
