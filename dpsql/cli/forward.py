@@ -38,14 +38,17 @@ def forward(args: list[str]) -> int | None:
 def leaf_context(args: list[str], obj: Any = None) -> click.Context | None:
     """The parsed context of the command ``args`` name, not run (None for a group or a typo)."""
     command: click.Command | None = cli
-    position = 0
-    while isinstance(command, click.Group) and position < len(args):
-        command = command.get_command(click.Context(command), args[position])
+    name, position = "dpsql", 0
+    while (isinstance(command, click.Group) and position < len(args)
+           and not args[position].startswith("-")):  # an option ends the descent
+        name = args[position]
+        command = command.get_command(click.Context(command), name)
         position += 1
-    if command is None or isinstance(command, click.Group):
-        return None
+    if command is None or (isinstance(command, click.Group)
+                           and not command.invoke_without_command):
+        return None  # a group that only dispatches (or a typo): nothing to forward
     try:
-        return command.make_context(args[position - 1], args[position:], obj=obj,
+        return command.make_context(name, args[position:], obj=obj,
                                     resilient_parsing=True)
     except click.ClickException:  # run locally, where click reports it
         return None

@@ -75,6 +75,9 @@ def test_admin_commands_run_in_the_server(served, store):
     assert "adult" in shown.stdout
     releases = json.loads(dpsql("releases", "list", "--json", "--db", str(store)).stdout)
     assert [r["name"] for r in releases] == ["adult_syn"]
+    jobs = dpsql("jobs", "--json", "--db", str(store))  # a group that runs without a command
+    assert jobs.returncode == 0, jobs.stderr
+    assert [j["name"] for j in json.loads(jobs.stdout)] == ["adult_syn"]
     assert any("admin channel: dpsql budget grant" in line for line in served.lines)
 
 
