@@ -146,3 +146,41 @@ def test_twenty_analysts_query_while_an_admin_releases_grants_and_reads_the_audi
             spent = admin.budget(analyst.user)[0].spent
             assert spent.units == analyst.answers * units[0][0], analyst.user
         assert cur.execute("SELECT count(*) FROM released.team_aim").fetchone()[0] > 0
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_server_mid_release_loses_no_charge_and_leaves_no_table(
+        tmp_path: Path) -> None:
+    from ..release.test_jobs import gone
+
+    db = _store(tmp_path)
+    with start_server(serve_args(db)) as server:
+        detached = _dpsql(db, "release", "adult", "--synth", "aim", "--name", "killed",
+                          "--epsilon", "1", "--seed", "5", "--detach")
+        assert detached.returncode == 0, detached.stderr
+        deadline = time.monotonic() + 300
+        while True:  # through the server: the job is fitting in its worker
+            listed = _dpsql(db, "jobs", "--json")
+            assert listed.returncode == 0, listed.stderr
+            [job] = json.loads(listed.stdout)
+            if job["state"] == "running" and job["stage"] in ("fit", "round"):
+                break
+            assert job["state"] in ("queued", "running"), job
+            assert time.monotonic() < deadline, job
+            time.sleep(0.2)
+        server.process.kill()
+        server.process.wait(30)
+    with dpsql.connect(db, "admin") as admin:
+        [row] = admin.jobs().list()
+        assert row["state"] == "interrupted"
+        assert gone(row["worker_pid"]), "the worker outlived the server"
+        cur = admin.store.cursor()
+        assert cur.execute("SELECT count(*) FROM duckdb_tables() "
+                           "WHERE schema_name = 'released'").fetchone()[0] == 0
+        assert admin.budget("admin")[0].spent == admin.cost(epsilon=1)  # the charge stays
+        [outcome] = cur.execute("SELECT outcome FROM dpsql.audit WHERE id = ?",
+                                [row["audit_id"]]).fetchone()
+        assert outcome == "interrupted"
+        [folder] = cur.execute("SELECT folder FROM dpsql.jobs").fetchone()
+        assert folder
+        assert not Path(folder).exists()  # no bounded rows left on disk
