@@ -155,7 +155,8 @@ class Charged:
     def export(self, ctx: Context, folder: Path) -> None:
         """Write what the worker reads (the bounded source of a fresh release) to ``folder``."""
         if self.plan is not None:
-            export_source(ctx.store, self.plan.dataset, folder / SOURCE_FILE)
+            export_source(ctx.store, self.plan.dataset, self.plan.domain.names,
+                          folder / SOURCE_FILE)
 
     def write(self, ctx: Context, folder: Path, report: Progress) -> Release:
         """Validate the worker's results and write them in one transaction."""
@@ -332,12 +333,15 @@ def _statement(dataset: str, synth: str, name: str, epsilon: Any, delta: Any, rh
 SOURCE_FILE = "source.arrow"
 
 
-def export_source(store: Store, dataset: Dataset, path: Path) -> None:
-    """Write the bounded source of ``dataset`` to ``path`` (Arrow IPC), for the worker.
+def export_source(store: Store, dataset: Dataset, columns: Sequence[str], path: Path) -> None:
+    """Write the bounded source's ``columns`` to ``path`` (Arrow IPC), for the worker.
 
-    Written by pyarrow from the store's connection, which has no file access.
+    Only the release's domain leaves the store: no hidden column, no privacy unit,
+    no column outside the policy. Written by pyarrow from the store's connection,
+    which has no file access.
     """
-    reader = bounded_relation(store, dataset, store.cursor()).to_arrow_reader(1 << 16)
+    relation = bounded_relation(store, dataset, store.cursor())
+    reader = relation.select(*(quote(c) for c in columns)).to_arrow_reader(1 << 16)
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, reader.schema) as out:
         for batch in reader:
             out.write_batch(batch)

@@ -210,3 +210,18 @@ def test_jobs_of_one_store_run_one_at_a_time(admin_session):
     admin_session.jobs().wait(first)
     waiter.join(60)
     assert [j["state"] for j in admin_session.jobs().list()] == ["succeeded", "succeeded"]
+
+
+def test_the_exported_source_holds_only_the_release_columns(admin_session, tmp_path):
+    """The worker's copy of the real rows: the domain's columns, not hidden or unlisted ones."""
+    import pyarrow as pa
+
+    from dpsql.release import SOURCE_FILE, prepare
+
+    ctx = admin_session.context()
+    charged = prepare(ctx, ReleaseRequest("adult", "independent", "exported", epsilon=0.5,
+                                          columns=["sex", "age"]))
+    charged.export(ctx, tmp_path)
+    with pa.memory_map(str(tmp_path / SOURCE_FILE)) as source:
+        names = pa.ipc.open_file(source).schema.names
+    assert names == ["sex", "age"]  # not fnlwgt (hidden), nor the table's other columns
