@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from dpsql import __version__
+from dpsql.errors import AccessDenied
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,11 +34,16 @@ class Caller:
     Their working directory resolves relative paths and their environment gives
     the options' defaults ($DPSQL_DB, $DPSQL_USER), so a command means the same
     wherever it runs. A command run locally has no Caller: the process is theirs.
+
+    A ``remote`` caller is a SQL administrator (``CALL dpsql``), not the server's
+    operating-system user: its store and user are fixed (``--db``, ``--as`` and
+    ``--user`` refused) and it may name no file on the server machine.
     """
 
     cwd: str
     env: Mapping[str, str] = field(default_factory=dict)
     error: Exception | None = None  # the dpsql error that ended the command, if one did
+    remote: bool = False
 
 
 def _caller(ctx: click.Context | None = None) -> Caller | None:
@@ -47,13 +54,28 @@ def _caller(ctx: click.Context | None = None) -> Caller | None:
 def here(path: str, ctx: click.Context | None = None) -> str:
     """``path`` as the caller means it: relative to their working directory (- stays -)."""
     caller = _caller(ctx)
+    if caller is not None and caller.remote and path != caller.env.get("DPSQL_DB"):
+        raise AccessDenied(f"CALL dpsql reads and writes no file of the server machine "
+                           f"({path}); run this command in a shell there")
     if caller is None or path == "-":
         return path
     return os.path.join(caller.cwd, os.path.expanduser(path))
 
 
 class CallerOption(click.Option):
-    """An option whose environment variable is read from the caller's environment."""
+    """An option whose environment variable is read from the caller's environment.
+
+    These options say who acts on which store: a remote caller may not give them.
+    """
+
+    def consume_value(self, ctx: click.Context,
+                      opts: Mapping[str, Any]) -> tuple[Any, ParameterSource]:
+        """The value and its source; refused on a remote caller's command line."""
+        value, source = super().consume_value(ctx, opts)
+        caller = _caller(ctx)
+        if caller is not None and caller.remote and source == ParameterSource.COMMANDLINE:
+            raise AccessDenied(f"CALL dpsql runs as you on the served store; drop {self.opts[0]}")
+        return value, source
 
     def resolve_envvar_value(self, ctx: click.Context) -> str | None:
         """The variable's value where the caller runs the command."""

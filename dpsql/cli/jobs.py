@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option
+from dpsql.cli.common import as_option, cli, db_option, default_actor, json_option, store_option
 from dpsql.cli.output import emit_json, table
 
 HEADERS = ["id", "state", "progress", "kind", "name", "dataset", "synthesizer", "user",
@@ -14,8 +14,7 @@ HEADERS = ["id", "state", "progress", "kind", "name", "dataset", "synthesizer", 
 
 
 @cli.group("jobs", invoke_without_command=True)
-@click.option("--db", "db", envvar="DPSQL_DB", metavar="PATH",
-              help="The store (a DuckDB file). Default: $DPSQL_DB.")
+@store_option("--db", "db", help="The store (a DuckDB file). Default: $DPSQL_DB.")
 @as_option
 @json_option
 @click.pass_context

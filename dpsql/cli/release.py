@@ -408,9 +408,10 @@ def evaluate_cmd(name: str, copy_number: int | None, out: str | None, no_report:
     from dpsql.analysis.report import METRICS, write_report
     from dpsql.session import connect
 
+    report = None if no_report else Path(here(out or f"{name}_report"))  # before the work
     with connect(db, default_actor(actor, db)) as session:
         evaluation = evaluate_release(session, name, copy=copy_number, seed=seed)
-    paths = {} if no_report else write_report(evaluation, Path(here(out or f"{name}_report")))
+    paths = {} if report is None else write_report(evaluation, report)
     if as_json:
         emit_json({**evaluation.as_dict(), "report": str(paths["html"]) if paths else None})
         return

@@ -2,7 +2,8 @@
 
 An administrator logged in with psql or DBeaver runs the same click commands as
 the ``dpsql`` CLI, in the server, as themselves, on the served store: ``--as``,
-``--user`` and ``--db`` are theirs to give, not the caller's. Analysts are
+``--user`` and ``--db`` are refused, and so is any file path (a SQL administrator
+is not the server's operating-system user). Analysts are
 refused (AccessDenied, SQLSTATE 42501). Every CALL is audited (action
 ``admin_call``) besides what the command itself audits. The result has one text
 column ``dpsql``, a row per output line; with ``--json`` a list of records
@@ -28,7 +29,6 @@ from dpsql.server.sqltext import strip_comments
 from dpsql.session import Session
 
 _CALL = re.compile(r"^\s*CALL\s+dpsql\s*\(\s*'((?:[^']|'')*)'\s*\)\s*;?\s*$", re.I | re.S)
-_ACTING = {"--db", "--as", "--user"}  # the options a CALL may not set
 
 
 class Collector(Interruptible):
@@ -91,7 +91,8 @@ def call(session: Session, command: str) -> CallAnswer:
                            "commands; ask an administrator")
     args = _arguments(command)
     caller = Caller(cwd=str(session.store.path.parent),
-                    env={"DPSQL_DB": str(session.store.path), "DPSQL_USER": session.user})
+                    env={"DPSQL_DB": str(session.store.path), "DPSQL_USER": session.user},
+                    remote=True)  # --db, --as, --user and file paths are refused
     collector = Collector()
     with session.interrupts.running(collector):  # type: ignore[arg-type]
         code = run_for(collector, args, caller)
@@ -108,27 +109,13 @@ def call(session: Session, command: str) -> CallAnswer:
 
 
 def _arguments(command: str) -> list[str]:
-    """The command line, refused when it names the store or the acting user."""
-    from click.core import ParameterSource
-
-    from dpsql.cli.common import Caller
-    from dpsql.cli.forward import leaf_context
-
+    """The command line, split as a shell would (the command checks its options)."""
     try:
         args = shlex.split(command)
     except ValueError as err:
         raise ConfigurationError(f"CALL dpsql: cannot split {command!r}: {err}") from err
     if args and args[0] in NOT_FORWARDED:
         raise ConfigurationError(f"CALL dpsql: {NOT_FORWARDED[args[0]]}")
-    ctx = leaf_context(args, Caller(cwd="/"))
-    if ctx is not None:
-        with ctx:
-            given = [option for p in ctx.command.params for option in p.opts
-                     if option in _ACTING and p.name is not None
-                     and ctx.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
-        if given:
-            raise ConfigurationError(f"CALL dpsql runs as you on the served store; drop "
-                                     f"{given[0]}")
     return args
 
 

@@ -257,6 +257,34 @@ def test_admin_call_over_the_wire(served, store):
     assert any(r["action"] == "grant" and "dave" in r["statement"] for r in audit)
 
 
+def test_a_call_names_no_other_store_user_or_file(served, store, tmp_path):
+    """A SQL administrator is not the server's OS user: no other store, user or server file."""
+    other = make_store(tmp_path / "other.duckdb")
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(SERVER_POLICY)
+    out = tmp_path / "out.parquet"
+    attempts = {f"jobs --db {other}": "drop --db", "jobs --as alice": "drop --as",
+                f"budget show --db={other}": "drop --db", f"policy check {policy}": "no file",
+                f"policy apply {policy} --yes": "no file", f"export adult_syn {out}": "no file",
+                "export adult_syn -": "no file", "evaluate adult_syn": "no file",
+                f"query -f {policy}": "no file"}
+    with psycopg.connect(served.dsn("admin"), autocommit=True) as conn:
+        for command, refusal in attempts.items():
+            with pytest.raises(psycopg.Error) as refused:
+                conn.execute(f"CALL dpsql('{command}')")
+            assert refused.value.sqlstate == "42501", command
+            assert refusal in str(refused.value), command
+        assert conn.execute("CALL dpsql('jobs --json')").fetchall()  # its own store's jobs
+    assert not out.exists()
+    assert not (store.parent / "adult_syn_report").exists()
+
+
+def test_jobs_run_in_the_server(served, store):
+    listed = dpsql("jobs", "--json", "--db", str(store))
+    assert listed.returncode == 0, listed.stderr
+    assert all(job["state"] != "running" for job in json.loads(listed.stdout))
+
+
 def test_a_stale_socket_is_ignored_and_replaced(runtime, tmp_path):
     store = make_store(tmp_path / "stale.duckdb")
     path = socket_path(store)
@@ -271,3 +299,4 @@ def test_a_stale_socket_is_ignored_and_replaced(runtime, tmp_path):
         shown = dpsql("budget", "show", "--db", str(store))
         assert shown.returncode == 0, shown.stderr
     assert not path.exists()  # removed on shutdown
+
