@@ -160,15 +160,22 @@ class Jobs:
                     item["stage"], item["fraction"] = stage, _fraction(done, total)
         return out
 
+    def cancel_all(self, by: str) -> None:
+        """Cancel this process's queued and running jobs, oldest first (the charges stay).
+
+        A job already writing its result finishes.
+        """
+        with self._changed:
+            live = [j.id for j in self._jobs.values() if not j.finished]
+        for job_id in live:
+            self.cancel(job_id, by, quiet=True)
+
     def close(self) -> None:
         """Wait for the queued and running jobs (Ctrl-C cancels them), then stop."""
         try:
             self._runner.shutdown(wait=True)
         except KeyboardInterrupt:
-            with self._changed:
-                live = [j.id for j in self._jobs.values() if not j.finished]
-            for job_id in live:
-                self.cancel(job_id, "shutdown", quiet=True)
+            self.cancel_all("shutdown")
             raise
 
     # -- the job thread ---------------------------------------------------------------

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
+from dpsql.jobs import jobs
 from dpsql.server import procedure
 from dpsql.server.admin import AdminChannel
 from dpsql.server.auth import LoginBackoff
@@ -165,6 +166,9 @@ class Server:
         self.admin.stop()
         if self._server is not None:
             self._server.close()
+        # A release may fit for many minutes: stop it (nothing written, the charge stays).
+        await asyncio.get_running_loop().run_in_executor(
+            None, jobs(self.store).cancel_all, "server shutdown")
         for connection in list(self._connections.values()):
             await connection.terminate("terminating connection due to administrator command")
         if self._tasks:

@@ -300,3 +300,34 @@ def test_a_stale_socket_is_ignored_and_replaced(runtime, tmp_path):
         assert shown.returncode == 0, shown.stderr
     assert not path.exists()  # removed on shutdown
 
+
+def test_sigterm_cancels_a_running_release_and_the_charge_stays(runtime, tmp_path):
+    """dpsql serve stops at once on SIGTERM: a fitting release is cancelled, nothing written."""
+    import dpsql as api
+
+    policy = SERVER_POLICY.replace("accounting: pure", "accounting: zcdp\ndelta: 1.0e-6").replace(
+        "synthesizers: [independent]", "synthesizers: [independent, napsu_mq]")
+    store = make_store(tmp_path / "term.duckdb", policy)
+    with start_server(serve_args(store)) as server:
+        for name in ("cut", "queued"):  # a fitting job and one queued behind it
+            submitted = dpsql("release", "adult", "--synth", "napsu_mq", "--epsilon", "0.5",
+                              "--columns", "age,sex,race,income_50k", "--name", name,
+                              "--detach", "--db", str(store))
+            assert submitted.returncode == 0, submitted.stderr
+        deadline = time.monotonic() + 60
+        while not any(j["state"] == "running" and j["stage"] for j in json.loads(
+                dpsql("jobs", "--json", "--db", str(store)).stdout)):
+            assert time.monotonic() < deadline, "the release never started"
+            time.sleep(0.2)
+        server.process.send_signal(signal.SIGTERM)
+        assert server.process.wait(timeout=20) == 0  # not after the fits (minutes)
+    with api.connect(store, "admin") as session:
+        jobs = [j for j in session.jobs().list() if j["name"] in ("cut", "queued")]
+        tables = session.store.cursor().execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'released'"
+        ).fetchall()
+        audit = [r for r in session.audit() if r["action"] == "release"][-2:]
+    assert [(j["state"], "server shutdown" in str(j["error"])) for j in jobs] == \
+        [("cancelled", True)] * 2
+    assert not {"cut", "queued"} & {t for (t,) in tables}
+    assert [(r["outcome"], r["cost"] is not None) for r in audit] == [("cancelled", True)] * 2
