@@ -288,7 +288,8 @@ def test_readme_command_table_matches_the_cli():
         for span in spans:
             command, path = _command_path(span.split())
             assert path, f"no command: {span}"
-            assert not isinstance(command, click.Group), f"a group, not a command: {span}"
+            assert not isinstance(command, click.Group) or command.invoke_without_command, (
+                f"a group, not a command: {span}")
             documented.add(tuple(path))
             result = runner.invoke(command, ["--help"], prog_name=f"dpsql {' '.join(path)}")
             assert result.exit_code == 0, (span, result.output)
@@ -426,7 +427,7 @@ def test_ctrl_c_during_a_release_exits_130_and_writes_nothing(tmp_path):
     with dpsql.connect(db, "admin") as admin:
         assert "stopped" not in str(admin.sql("SHOW dpsql.released").table.to_pylist())
         last = admin.audit(last=1)[0]
-    assert (last["action"], last["outcome"]) == ("release", "failed")
+    assert (last["action"], last["outcome"]) == ("release", "cancelled")
 
 
 def _read_until(fd, marker, timeout=120):

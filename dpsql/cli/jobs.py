@@ -57,11 +57,15 @@ def _row(job: dict[str, Any]) -> list[Any]:
 @click.argument("job", type=int)
 @db_option
 @as_option
-def jobs_cancel(job: int, db: str, actor: str | None) -> None:
+@json_option
+def jobs_cancel(job: int, db: str, actor: str | None, as_json: bool) -> None:
     """Cancel queued or running job JOB: nothing is written, the charge stays."""
     from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
         session.require_admin("cancel release jobs")
         session.jobs().cancel(job, session.user)
+    if as_json:
+        emit_json({"job": job, "state": "cancelled", "written": False, "charge": "stays"})
+        return
     click.echo(f"job {job} cancelled: nothing was written; its charge stays")

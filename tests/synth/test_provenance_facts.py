@@ -48,6 +48,8 @@ CASES = [
     pytest.param("napsu_mq", NAPSU_NUTS, id="napsu_mq-nuts", marks=[
         pytest.mark.slow, pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")]),
     pytest.param("modp", {"mode": "dp", "blades": "1", "steps": "3"}, id="modp-dp"),
+    pytest.param("mst", {"iters": "100"}, id="mst"),
+    pytest.param("aim", {"rounds": "6", "iters": "100", "round_iters": "50"}, id="aim"),
     pytest.param("modp", {"mode": "empirical", "blades": "1", "epochs": "2",
                           "warmup_epochs": "1", "diagnostic_rows": "50"}, id="modp-empirical"),
 ]
