@@ -162,6 +162,7 @@ class _Books:
     ``totals``: the summed ledger rows per dataset, read once, then kept current
     by the charges and grants written here (the only writer of the file).
     ``answers``: stored answers whose settle is queued on ``writer``, by key.
+    ``queued``: how many answers were ever put in ``answers`` (see :func:`answers_queued`).
     ``writer``: one thread that commits the settles of answered DP queries after
     the answer is returned (:meth:`Ledger.settle`), in order.
     """
@@ -170,6 +171,7 @@ class _Books:
         self.next_id: int | None = None
         self.totals: dict[str, Totals] = {}
         self.answers: dict[str, Sequence[Any]] = {}
+        self.queued = 0
         self.writer: ThreadPoolExecutor | None = None
 
     def queue(self, task: Callable[[], None]) -> None:
@@ -422,7 +424,7 @@ class Ledger:
         return row.id
 
     def settle(self, audit_id: int, outcome: str, reason: str | None = None, *,
-               answer: Sequence[Any] | None = None) -> bool:
+               answer: Sequence[Any] | None = None, since: int | None = None) -> bool:
         """Close the open request ``audit_id`` with its outcome: the one way a request ends.
 
         ``answer``: a ``dpsql.query_cache`` row (:func:`dpsql.query.cache.stored_row`)
@@ -433,8 +435,11 @@ class Ledger:
         the request stays open (``charged``) and a repeat is charged again: budget
         lost, never privacy. Returns False, queuing only the outcome, when a
         concurrent twin stored an answer under the same key first (the caller then
-        serves the twin's). Without ``answer`` it commits before it returns.
-        Settling a request that is not open is a bug.
+        serves the twin's). ``since``: :func:`answers_queued` as read before the
+        cache look-up that missed this key; while no answer was queued after it, no
+        twin can have stored one, and the table is not read again. Without
+        ``answer`` it commits before it returns. Settling a request that is not
+        open is a bug.
         """
         if answer is None:
             self._settle(audit_id, outcome, reason, None)
@@ -442,10 +447,11 @@ class Ledger:
         key = answer[0]
         with self.store.lock:
             books = self.store.state(_Books)
-            twin = key in books.answers or self.store.cursor().execute(
-                "SELECT 1 FROM dpsql.query_cache WHERE key = ?", [key]).fetchone() is not None
+            twin = key in books.answers or (books.queued != since and self.store.cursor().execute(
+                "SELECT 1 FROM dpsql.query_cache WHERE key = ?", [key]).fetchone() is not None)
             if not twin:
                 books.answers[key] = answer
+                books.queued += 1
             kept = None if twin else answer
             books.queue(lambda: self._settle(audit_id, outcome, reason, kept))
         return not twin
@@ -493,6 +499,16 @@ class Ledger:
 def settled(store: Store) -> None:
     """Wait until every settle queued so far has committed (read your own writes)."""
     store.state(_Books).drain()
+
+
+def answers_queued(store: Store) -> int:
+    """How many answers were queued for storing so far in this process.
+
+    Every stored answer is queued here first (this module is the one writer of
+    ``dpsql.query_cache``), so a count unchanged since a look-up means no answer
+    appeared since (:meth:`Ledger.settle`).
+    """
+    return store.state(_Books).queued  # one attribute read: atomic, no lock needed
 
 
 def queued_answer(store: Store, key: str) -> Sequence[Any] | None:

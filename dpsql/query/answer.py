@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from dpsql.context import Context
 from dpsql.errors import ConfigurationError, InternalError, QueryCanceled, QueryRejected
-from dpsql.ledger import Ledger
+from dpsql.ledger import Ledger, answers_queued
 from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost
 from dpsql.query import cache, meta
@@ -372,6 +372,7 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
     prepared = _prepare(call, entry)
     plan, policy = prepared.plan, call.policy
     dataset = plan.dataset.name
+    seen = answers_queued(call.ctx.store)  # before the look-up (see Ledger.settle)
     stored = cache.lookup(call.ctx.store, prepared.key)
     if stored is not None:
         audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
@@ -384,8 +385,15 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
                        notice, True, audit)
     query = _bind(call, prepared)
     charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
+    notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
+              f"remaining {meta.both_units(charge.remaining, policy.delta, 'down')}")
+
+    def answered(noisy: list[np.ndarray]) -> Answer:
+        return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
+                       notice, False, charge.id)
+
     try:
-        noisy = _measured(call, prepared, query, charge.id)
+        return _measured(call, prepared, query, charge.id, seen, answered)
     except BaseException as err:
         if isinstance(err, QueryCanceled):  # a fixed text caused by the analyst, not the rows
             call.ledger.settle(charge.id, "failed", reason=str(err))
@@ -393,29 +401,30 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
         call.ledger.settle(charge.id, "failed", reason=FAILED_REASON)
         log.error("request %d failed after its charge", charge.id, exc_info=err)
         raise InternalError(FAILED_AFTER_CHARGE) from None
-    notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
-              f"remaining {meta.both_units(charge.remaining, policy.delta, 'down')}")
-    return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
-                   notice, False, charge.id)
 
 
-def _measured(call: _Call, prepared: _Prepared, query: Prepared,
-              audit_id: int) -> list[np.ndarray]:
-    """Run the charged query, add the noise and settle the request with the stored answer.
+def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int, seen: int,
+              answered: Callable[[list[np.ndarray]], Answer]) -> Answer:
+    """Run the charged query, add the noise, and settle the request with the stored answer.
 
-    A concurrent twin (same user, question and cost) that stored its answer first
-    wins: its numbers are returned, so a repeat never gets a second draw.
+    The snapshot ends and the reply is built before the settle is queued, so the
+    settle's commit on the writer thread does not slow the reply down. A
+    concurrent twin (same user, question and cost) that stored its answer first
+    wins: its numbers are returned, so a repeat never gets a second draw; ``seen``:
+    :func:`~dpsql.ledger.answers_queued` before the cache look-up.
     """
     plan = prepared.plan
     dense = expand_public_keys(plan, query.run())
+    call.engine.close()
     noisy = [d + n.sample(plan.cells) for d, n in zip(dense, prepared.noises, strict=True)]
+    answer = answered(noisy)
     row = cache.stored_row(prepared.key, call.user, plan, call.policy.fingerprint, audit_id,
                            prepared.noises, noisy)
-    if call.ledger.settle(audit_id, "answered", answer=row):
-        return noisy
+    if call.ledger.settle(audit_id, "answered", answer=row, since=seen):
+        return answer
     twin = cache.lookup(call.ctx.store, prepared.key)
     assert twin is not None, "an answer that was stored first is still stored"
-    return twin.measures
+    return answered(twin.measures)
 
 
 def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
