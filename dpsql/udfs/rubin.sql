@@ -99,25 +99,25 @@ CREATE OR REPLACE MACRO udfs._rubin_result(m, q_bar, b, u_bar, se, half, dof, ad
      'dof': dof, 'between': b, 'within': u_bar, 'adjusted': adjusted, 'copies': m,
      'unreliable': reason IS NOT NULL, 'reason': coalesce(reason, '')};
 
-CREATE OR REPLACE MACRO udfs._rubin_interval(m, q_bar, b, u_bar, between, p, total, dof) AS
+CREATE OR REPLACE MACRO udfs._rubin_interval(m, q_bar, b, u_bar, b_total, p, total, dof) AS
     udfs._rubin_result(m, q_bar, b, u_bar, sqrt(total), udfs.t_quantile(p, dof) * sqrt(total),
-                       dof, between <= u_bar,
-                       CASE WHEN between <= u_bar THEN
+                       dof, b_total <= u_bar,
+                       CASE WHEN b_total <= u_bar THEN
                                 'T <= 0: the copies vary less than their own variance '
                                 || 'estimates predict; Reiter''s T* = (n_syn/n) u_bar was used'
                             WHEN dof < 3 THEN
                                 'df < 3: the interval''s width is itself very uncertain; '
                                 || 'more copies (dpsql release-more, free) make it firmer'
-                            WHEN between > 10 * u_bar THEN
+                            WHEN b_total > 10 * u_bar THEN
                                 'the between-copy variance dominates: (1 + 1/m) b > 10 u_bar; '
                                 || 'the interval rests on the synthesizer''s model of the DP noise'
                        END);
 
-CREATE OR REPLACE MACRO udfs._rubin(m, q_bar, b, u_bar, between, p, nu_obs, rows_ratio) AS
-    udfs._rubin_interval(m, q_bar, b, u_bar, between, p,
-        CASE WHEN between <= u_bar THEN rows_ratio * u_bar ELSE between - u_bar END,
-        CASE WHEN between <= u_bar THEN nu_obs
-             ELSE 1 / (1 / ((m - 1) * (1 - u_bar / between) ^ 2) + 1 / nu_obs) END);
+CREATE OR REPLACE MACRO udfs._rubin(m, q_bar, b, u_bar, b_total, p, nu_obs, rows_ratio) AS
+    udfs._rubin_interval(m, q_bar, b, u_bar, b_total, p,
+        CASE WHEN b_total <= u_bar THEN rows_ratio * u_bar ELSE b_total - u_bar END,
+        CASE WHEN b_total <= u_bar THEN nu_obs
+             ELSE 1 / (1 / ((m - 1) * (1 - u_bar / b_total) ^ 2) + 1 / nu_obs) END);
 
 -- rubin(q, u, ...): the aggregate. One row per copy; at least 2 copies.
 CREATE OR REPLACE MACRO udfs.rubin(q, u, confidence := 0.95, complete_dof := NULL,

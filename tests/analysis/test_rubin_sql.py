@@ -92,8 +92,9 @@ def test_t_quantile_below_2_5_dof_is_conservative_and_below_1_absent(
         con: duckdb.DuckDBPyConnection) -> None:
     for df, exact_at in ((2.4, 2), (2.0, 2), (1.5, 1), (1.0, 1)):
         got = one(con, "SELECT udfs.t_quantile(0.975, ?)", [df])
-        assert got == pytest.approx(stats.t.ppf(0.975, exact_at), rel=1e-12)
-        assert got >= stats.t.ppf(0.975, df)
+        # rel 1e-9: the floors (scipy 1.10, duckdb 1.5.1) differ from the newest at 4e-11
+        assert got == pytest.approx(stats.t.ppf(0.975, exact_at), rel=1e-9)
+        assert got >= stats.t.ppf(0.975, df) * (1 - 1e-9)
     assert one(con, "SELECT udfs.t_quantile(0.975, 0.5)") is None
 
 
