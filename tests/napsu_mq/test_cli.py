@@ -59,9 +59,13 @@ def check_release_and_more(db, name: str, out: dict) -> None:
     assert sizes.nunique() == 1
     assert sizes.iloc[0] == record["rows"]
     assert abs(record["rows"] - 5000) < 200  # the DP row estimate of the 5,000-row sample
-    table = rubin.fit_formula(frame, "income_50k ~ C(sex)", "logit")
+    with warnings.catch_warnings(record=True) as raised:  # DP noise: df < 3 happens
+        warnings.simplefilter("always", rubin.RubinWarning)
+        table = rubin.fit_formula(frame, "income_50k ~ C(sex)", "logit")
     assert table.loc["C(sex)[T.1]", "copies"] == 13
     assert np.isfinite(table["std_error"]).all()
+    flagged = {str(w.message).split(":")[0].removeprefix("coefficient ") for w in raised}
+    assert flagged == set(table.index[table["unreliable"]])  # each warning is flagged too
 
 
 def test_release_laplace_copies_and_release_more(store_path):
