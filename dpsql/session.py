@@ -55,15 +55,12 @@ class Session:
     @property
     def principal(self) -> User:
         """This session's user as the policy declares it."""
-        try:
-            return self.policy.users[self.user]
-        except KeyError:
-            raise AccessDenied(f"user {self.user!r} was removed from the policy") from None
+        return self.context().principal
 
     @property
     def is_admin(self) -> bool:
         """Whether the user has the admin role."""
-        return self.principal.role == "admin"
+        return self.context().is_admin
 
     @property
     def ledger(self) -> Ledger:
