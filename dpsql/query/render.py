@@ -228,7 +228,10 @@ def key_sql(key: GroupKey, col: Column, ctx: Context) -> str:
         first = float(math.floor(col.bounds[0] / key.width))
         code = (f"CAST(floor(CAST({_clamped(col, ctx)} AS DOUBLE) / {sql_literal(key.width)}) "
                 f"- {sql_literal(first)} AS BIGINT)")
-    return f"(CASE WHEN {name} IS NULL THEN {null_code} ELSE {code} END)"
+    # The code is NULL exactly when the value is (clamping keeps every other value, NaN
+    # included, a number): a NULL gets the null key's code, or stays NULL (no key) when
+    # the column cannot hold one. coalesce runs faster than a CASE per row.
+    return f"coalesce({code}, {null_code})" if col.nullable else code
 
 
 def encode_keys(select: exp.Select, plan: QueryPlan, ctx: Context) -> exp.Select:
