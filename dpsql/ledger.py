@@ -1,16 +1,19 @@
 """The budget ledger and the audit log: the one writer of dpsql's bookkeeping.
 
 Charges, grants, audit rows and stored answers (``dpsql.query_cache``) are
-written here and nowhere else. A charge is compare-and-debit inside one DuckDB
-transaction, committed with its request's audit row (outcome ``charged``)
-before the caller computes anything private: a crash afterwards loses budget,
-never privacy. There are no refunds. A refusal leaves the ledger unchanged and
-adds one settled audit row saying why.
+written here and nowhere else (:meth:`Store.open` only repairs what a process
+that died left open). A charge is compare-and-debit inside one DuckDB
+transaction, one durable row committed before the caller computes anything
+private: a crash afterwards loses budget, never privacy. There are no refunds.
+A refusal leaves the ledger unchanged and adds one settled audit row saying why.
 
-A request's audit row is opened (``charged`` or ``started``) or written settled
-at once (:meth:`Ledger.record`); an open row is settled exactly once, by
-:meth:`Ledger.settle`, with its outcome. Audit ids are consecutive: the next id
-is taken under the write lock and counts only once its transaction commits.
+A request is open from its charge (the charge row, which carries the request,
+is its record until it settles: :meth:`Ledger.audit` shows it as ``charged``)
+or from a ``started`` audit row (:meth:`Ledger.record`); other rows are written
+settled at once. An open request is settled exactly once, by
+:meth:`Ledger.settle`, which writes or updates its audit row with the outcome.
+Audit ids are consecutive: the next id is taken under the write lock and counts
+only once its transaction commits.
 
 Lock order: the store's write lock (:attr:`Store.lock`, re-entrant) comes
 first. Every write transaction holds it (:meth:`Store.transaction`), and it
@@ -93,6 +96,11 @@ logger = logging.getLogger(__name__)
 #: Outcomes of an open request, which :meth:`Ledger.settle` closes.
 OPEN = ("charged", "started")
 
+# The audit rows of charged requests not settled yet (the charge row carries them).
+_UNSETTLED = ("SELECT c.audit_id, c.ts, c.user_name, c.dataset, coalesce(c.action, 'query'), "
+              "c.statement, c.kind, c.units, c.infinite, CAST($outcome AS VARCHAR), "
+              "CAST($reason AS VARCHAR), c.fingerprint FROM dpsql.charges c")
+
 
 @dataclass(frozen=True)
 class AuditRow:
@@ -161,8 +169,11 @@ class _Books:
     ``next_id``: the next audit id (None: read it again from the table).
     ``totals``: the summed ledger rows per dataset, read once, then kept current
     by the charges and grants written here (the only writer of the file).
+    ``stored``: key -> size in bytes of every stored answer, committed or queued,
+    oldest first (None: read them again from the table); this module is their only
+    writer, and DuckDB lets one process at a time open the file, so a key not here
+    is stored nowhere. ``stored_bytes``: their sum.
     ``answers``: stored answers whose settle is queued on ``writer``, by key.
-    ``queued``: how many answers were ever put in ``answers`` (see :func:`answers_queued`).
     ``writer``: one thread that commits the settles of answered DP queries after
     the answer is returned (:meth:`Ledger.settle`), in order.
     """
@@ -170,8 +181,9 @@ class _Books:
     def __init__(self) -> None:
         self.next_id: int | None = None
         self.totals: dict[str, Totals] = {}
+        self.stored: dict[str, int] | None = None
+        self.stored_bytes = 0
         self.answers: dict[str, Sequence[Any]] = {}
-        self.queued = 0
         self.writer: ThreadPoolExecutor | None = None
 
     def queue(self, task: Callable[[], None]) -> None:
@@ -195,10 +207,48 @@ class _Books:
     def take_id(self, cur: duckdb.DuckDBPyConnection) -> int:
         """The next audit id; it counts once the caller's transaction commits."""
         if self.next_id is None:
-            row = cur.execute("SELECT coalesce(max(id), 0) FROM dpsql.audit").fetchone()
+            row = cur.execute("SELECT greatest((SELECT coalesce(max(id), 0) FROM dpsql.audit), "
+                              "(SELECT coalesce(max(id), 0) FROM dpsql.charges))").fetchone()
             self.next_id = int(row[0]) + 1 if row else 1
         taken, self.next_id = self.next_id, self.next_id + 1
         return taken
+
+    def stored_answers(self, cur: duckdb.DuckDBPyConnection) -> dict[str, int]:
+        """Key -> size of the stored answers, oldest first (caller holds the write lock)."""
+        if self.stored is None:
+            self.stored = dict(cur.execute(
+                "SELECT key, strlen(plan) + strlen(noise) + octet_length(measures) "
+                "FROM dpsql.query_cache ORDER BY created_at, key").fetchall())
+            for key, row in self.answers.items():
+                self.stored.setdefault(key, answer_size(row))
+            self.stored_bytes = sum(self.stored.values())
+        return self.stored
+
+    def keep(self, key: str, size: int, cur: duckdb.DuckDBPyConnection) -> None:
+        """Count the answer stored under ``key`` (caller holds the write lock)."""
+        self.stored_answers(cur)[key] = size
+        self.stored_bytes += size
+
+    def evict(self, limit: int, cur: duckdb.DuckDBPyConnection) -> list[str]:
+        """Drop the oldest stored answers until they take at most 90% of ``limit`` bytes.
+
+        Called in a write transaction that commits the deletion; returns the keys
+        dropped (none while the answers fit in ``limit``). Answers whose settle is
+        still queued are kept: their rows are not written yet.
+        """
+        stored = self.stored_answers(cur)
+        if self.stored_bytes <= limit:
+            return []
+        dropped = []
+        for key in list(stored):
+            if self.stored_bytes <= limit * 0.9:
+                break
+            if key in self.answers:
+                continue
+            self.stored_bytes -= stored.pop(key)
+            dropped.append(key)
+        cur.execute("DELETE FROM dpsql.query_cache WHERE list_contains(?, key)", [dropped])
+        return dropped
 
     def dataset_totals(self, dataset: str, cur: duckdb.DuckDBPyConnection) -> Totals:
         if dataset not in self.totals:
@@ -237,7 +287,7 @@ def _writing(store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Books]]
             with store.transaction() as cur:
                 yield cur, books
         except BaseException:
-            books.next_id, books.totals = None, {}
+            books.next_id, books.totals, books.stored = None, {}, None
             raise
 
 
@@ -323,12 +373,13 @@ class Ledger:
     def audit(self, user: str | None = None, last: int | None = None) -> list[dict[str, Any]]:
         """Audit rows, newest last, optionally for one user and the last ``last`` only."""
         settled(self.store)  # outcomes settled off the answer path
-        sql = "SELECT * FROM dpsql.audit"
-        params: list[Any] = []
+        sql = (f"SELECT * FROM (SELECT * FROM dpsql.audit UNION ALL {_UNSETTLED} "
+               "ANTI JOIN dpsql.audit a ON a.id = c.audit_id)")
+        params: dict[str, Any] = {"outcome": "charged", "reason": None}
         if user:
-            sql += " WHERE user_name = ?"
-            params.append(user)
-        sql += " ORDER BY id DESC"
+            sql += " WHERE user_name = $user"
+            params["user"] = user
+        sql += " ORDER BY 1 DESC"
         if last:
             sql += f" LIMIT {int(last)}"
         out = []
@@ -345,12 +396,12 @@ class Ledger:
     # -- writing ------------------------------------------------------------------------
     def charge(self, user: str, dataset: str, cost: PrivacyCost, statement: str,
                action: str = "query") -> Charge:
-        """Debit ``cost`` and commit with the request's open audit row, or raise BudgetExceeded.
+        """Debit ``cost`` (one row, which opens the request), or raise BudgetExceeded.
 
         Must be called before any private value is computed. The check and the
         debit run under the store's write lock, so concurrent charges cannot
         overspend. A refusal commits a settled audit row ("refused") instead; a
-        charge's row stays "charged" until :meth:`settle` closes it.
+        charge's audit row is written when :meth:`settle` closes the request.
         """
         cost = cost.to(self.policy.accounting)
         cap = self.policy.dataset(dataset).query_cap if action == "query" else None
@@ -359,8 +410,9 @@ class Ledger:
             reason = self._refusal(standing, cost, cap)
             row = self._row(books.take_id(cur), user, dataset, action, statement, cost,
                             "refused" if reason else "charged", reason)
-            row.insert(cur)
-            if reason is None:
+            if reason is not None:
+                row.insert(cur)
+            else:
                 cur.execute(f"INSERT INTO {_CHARGES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [row.id, row.at, user, dataset, cost.kind, cost.units,
                              cost.infinite, self.policy.fingerprint, row.id, action,
@@ -424,7 +476,7 @@ class Ledger:
         return row.id
 
     def settle(self, audit_id: int, outcome: str, reason: str | None = None, *,
-               answer: Sequence[Any] | None = None, since: int | None = None) -> bool:
+               answer: Sequence[Any] | None = None) -> bool:
         """Close the open request ``audit_id`` with its outcome: the one way a request ends.
 
         ``answer``: a ``dpsql.query_cache`` row (:func:`dpsql.query.cache.stored_row`)
@@ -435,11 +487,8 @@ class Ledger:
         the request stays open (``charged``) and a repeat is charged again: budget
         lost, never privacy. Returns False, queuing only the outcome, when a
         concurrent twin stored an answer under the same key first (the caller then
-        serves the twin's). ``since``: :func:`answers_queued` as read before the
-        cache look-up that missed this key; while no answer was queued after it, no
-        twin can have stored one, and the table is not read again. Without
-        ``answer`` it commits before it returns. Settling a request that is not
-        open is a bug.
+        serves the twin's). Without ``answer`` it commits before it returns.
+        Settling a request that is not open is a bug.
         """
         if answer is None:
             self._settle(audit_id, outcome, reason, None)
@@ -447,11 +496,10 @@ class Ledger:
         key = answer[0]
         with self.store.lock:
             books = self.store.state(_Books)
-            twin = key in books.answers or (books.queued != since and self.store.cursor().execute(
-                "SELECT 1 FROM dpsql.query_cache WHERE key = ?", [key]).fetchone() is not None)
+            twin = key in books.stored_answers(self.store.cursor())
             if not twin:
+                books.keep(key, answer_size(answer), self.store.cursor())
                 books.answers[key] = answer
-                books.queued += 1
             kept = None if twin else answer
             books.queue(lambda: self._settle(audit_id, outcome, reason, kept))
         return not twin
@@ -463,12 +511,9 @@ class Ledger:
                 if answer is not None:
                     cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
                                 "?) ON CONFLICT DO NOTHING", list(answer))
-                done = cur.execute(
-                    "UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
-                    f"WHERE id = ? AND outcome IN {OPEN}",
-                    [outcome, None if reason is None else storable(reason[:2000]),
-                     audit_id]).fetchone()
-                if not done or done[0] != 1:
+                    books.evict(int(self.policy.answer_cache_mb * 1e6), cur)
+                if not _close(cur, audit_id, outcome,
+                              None if reason is None else storable(reason[:2000])):
                     raise InternalError(f"request {audit_id} is not open; this is a bug in "
                                         "dpsql")
             if answer is not None:  # committed: served from the table from now on
@@ -496,19 +541,44 @@ class Ledger:
         return self.budget(user, dataset)
 
 
+def _close(cur: duckdb.DuckDBPyConnection, audit_id: int, outcome: str,
+           reason: str | None) -> bool:
+    """Write the settled audit row of open request ``audit_id``; False if it is not open.
+
+    A charged request's row is made from its charge row (the primary key refuses
+    a second); a ``started`` row is updated.
+    """
+    try:
+        written = cur.execute(f"INSERT INTO dpsql.audit {_UNSETTLED} WHERE c.id = $id",
+                              {"outcome": outcome, "reason": reason, "id": audit_id}).fetchone()
+    except duckdb.ConstraintException:
+        return False  # its audit row exists: settled already
+    if written and written[0] == 1:
+        return True
+    done = cur.execute(f"UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
+                       f"WHERE id = ? AND outcome IN {OPEN}", [outcome, reason, audit_id]
+                       ).fetchone()
+    return bool(done and done[0] == 1)
+
+
 def settled(store: Store) -> None:
     """Wait until every settle queued so far has committed (read your own writes)."""
     store.state(_Books).drain()
 
 
-def answers_queued(store: Store) -> int:
-    """How many answers were queued for storing so far in this process.
+def answer_stored(store: Store, key: str) -> bool:
+    """Whether an answer is stored under ``key`` (committed, or its settle queued)."""
+    books = store.state(_Books)
+    stored = books.stored  # one attribute read: atomic
+    if stored is None:
+        with store.lock:
+            stored = books.stored_answers(store.cursor())
+    return key in stored  # a dict look-up: atomic, no lock needed
 
-    Every stored answer is queued here first (this module is the one writer of
-    ``dpsql.query_cache``), so a count unchanged since a look-up means no answer
-    appeared since (:meth:`Ledger.settle`).
-    """
-    return store.state(_Books).queued  # one attribute read: atomic, no lock needed
+
+def answer_size(row: Sequence[Any]) -> int:
+    """The bytes a ``dpsql.query_cache`` row counts against the cache's limit."""
+    return len(row[6].encode()) + len(row[7].encode()) + len(row[8])
 
 
 def queued_answer(store: Store, key: str) -> Sequence[Any] | None:

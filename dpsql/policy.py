@@ -117,6 +117,7 @@ class Policy:
     text: str
     name: str = ""
     source: str = "<policy>"
+    answer_cache_mb: float = 256.0
 
     @property
     def fingerprint(self) -> str:
@@ -406,6 +407,7 @@ def _build(raw: Any, text: str, source: str, stored: bool = False) -> Policy:
         accounting=kind, delta=delta, datasets=MappingProxyType(datasets),
         users=MappingProxyType(users), canonical=canonical, text=text,
         name=str(raw.get("name", "")), source=source,
+        answer_cache_mb=float(raw.get("answer_cache_mb", 256.0)),
     )
 
 

@@ -49,6 +49,14 @@ HARDENED_CONFIG = {
     "lock_configuration": True,
 }
 
+# The audit rows of charges whose request never settled: the process that charged
+# them ended first (a charged request's audit row is written when it settles).
+_REPAIR_AUDIT = (
+    "INSERT INTO dpsql.audit SELECT c.audit_id, c.ts, c.user_name, c.dataset, "
+    "coalesce(c.action, 'query'), c.statement, c.kind, c.units, c.infinite, "
+    "'charged', 'the process ended before the outcome was recorded', c.fingerprint "
+    "FROM dpsql.charges c ANTI JOIN dpsql.audit a ON a.id = c.audit_id")
+
 # Each migration brings the store from version n-1 to n; never edit a released one.
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, [
@@ -101,14 +109,9 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "ALTER TABLE dpsql.charges ADD COLUMN action VARCHAR",
         "ALTER TABLE dpsql.charges ADD COLUMN statement VARCHAR",
     ]),
-    # 5: a charge now commits with its audit row; rebuild, once, any row that an older
-    # dpsql (which wrote it after the charge) did not live to write.
-    (5, [
-        "INSERT INTO dpsql.audit SELECT c.audit_id, c.ts, c.user_name, c.dataset, "
-        "coalesce(c.action, 'query'), c.statement, c.kind, c.units, c.infinite, "
-        "'charged', 'the process ended before the outcome was recorded', c.fingerprint "
-        "FROM dpsql.charges c ANTI JOIN dpsql.audit a ON a.id = c.audit_id",
-    ]),
+    # 5: rebuild any audit row that an older dpsql (which wrote it after the charge) did
+    # not live to write (the same SQL now runs at every open: Store._recover).
+    (5, [_REPAIR_AUDIT]),
     # 6: release jobs (dpsql.jobs), run in a worker process and listed by dpsql jobs.
     (6, [
         "CREATE SEQUENCE dpsql.job_ids",
@@ -226,7 +229,7 @@ class Store:
             store = cls(resolved, _connect(resolved))
             try:
                 store._migrate(create)
-                store._recover_jobs()
+                store._recover()
                 store._install_udfs()
                 store._key = _file_identity(resolved)
                 if store._key is None:
@@ -286,13 +289,17 @@ class Store:
                     cur.execute("INSERT INTO dpsql.meta VALUES ('secret', ?), ('created_at', ?)",
                                 [secrets.token_hex(32), now().isoformat()])
 
-    def _recover_jobs(self) -> None:
-        """Release jobs the last process left queued or running become ``interrupted``.
+    def _recover(self) -> None:
+        """Close what the last process to open the file left open.
 
-        Their charge stays; the write of their result is one transaction, so nothing
-        was written; their temporary folders, which hold the bounded rows, are removed.
+        Requests it charged but never settled get their audit row (``charged``).
+        Release jobs it left queued or running become ``interrupted``: their
+        charge stays; the write of their result is one transaction, so nothing
+        was written; their temporary folders, which hold the bounded rows, are
+        removed. This runs before anything else in this process opens a request.
         """
         with self.transaction() as cur:
+            cur.execute(_REPAIR_AUDIT)
             for (folder,) in cur.execute("SELECT folder FROM dpsql.jobs WHERE state IN "
                                          "('queued', 'running') AND folder IS NOT NULL"
                                          ).fetchall():

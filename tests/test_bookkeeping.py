@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from dpsql.ledger import settled
 from dpsql.privacy import PrivacyCost
 from dpsql.query.answer import run_statement
 
@@ -130,3 +131,37 @@ def test_a_queued_settle_serves_repeats_and_commits_before_the_store_closes(make
         assert outcome == ("answered",)
         alice.sql("SET dpsql.epsilon = 0.1")
         assert alice.sql(sql).cached
+
+
+def _cache_bytes(session: dpsql.Session) -> tuple[int, int]:
+    settled(session.store)
+    rows, size = session.store.cursor().execute(
+        "SELECT count(*), coalesce(sum(strlen(plan) + strlen(noise) + octet_length(measures)), "
+        "0) FROM dpsql.query_cache").fetchone()  # type: ignore[misc]
+    return int(rows), int(size)
+
+
+def test_the_answer_cache_keeps_under_its_limit_by_dropping_the_oldest(make_store):
+    # Each answer here takes about 1 kB: a 4 kB limit keeps the last few of twelve.
+    path = make_store("answer_cache_mb: 0.004\n" + policy_text())
+    sql = "SELECT race, COUNT(*) FROM adult GROUP BY race"
+    with dpsql.connect(path, "alice") as alice:
+        firsts = []
+        for i in range(12):  # a new epsilon each time: a new measurement
+            alice.sql(f"SET dpsql.epsilon = {i + 1}e-3")
+            firsts.append(alice.sql(sql).table)
+            rows, size = _cache_bytes(alice)
+            assert size <= 4000
+        assert 1 <= rows < 12
+        alice.sql("SET dpsql.epsilon = 12e-3")
+        last = alice.sql(sql)
+        assert last.cached  # the newest is kept
+        assert last.table.equals(firsts[-1])
+        alice.sql("SET dpsql.epsilon = 1e-3")
+        dropped = alice.sql(sql)
+        assert not dropped.cached  # dropped: measured and charged again
+        assert dropped.cost == alice.cost(epsilon="1e-3")
+    with dpsql.connect(path, "alice") as alice:  # the sizes are read again at open
+        alice.sql("SET dpsql.epsilon = 1e-3")
+        assert alice.sql(sql).cached
+        assert _cache_bytes(alice)[1] <= 4000

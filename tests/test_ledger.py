@@ -274,7 +274,7 @@ def test_standing_kept_in_memory_matches_the_ledger_tables(make_store):
     assert kept.spent == PrivacyCost.pure("1.2")
 
 
-def test_a_charge_commits_with_its_open_audit_row(store_path):
+def test_a_charge_is_durable_and_audited_after_a_crash(store_path):
     code = textwrap.dedent(f"""
         import os, signal, dpsql
         s = dpsql.connect({str(store_path)!r}, "alice")
@@ -289,9 +289,10 @@ def test_a_charge_commits_with_its_open_audit_row(store_path):
     with dpsql.connect(store_path, "alice") as alice:
         entry = alice.audit(last=1)[0]
         assert entry["id"] == int(result.stdout.split()[0])
-        assert (entry["statement"], entry["outcome"]) == ("SELECT 42", "charged")  # still open
-        assert entry["reason"] is None
+        assert (entry["statement"], entry["outcome"]) == ("SELECT 42", "charged")  # never settled
+        assert entry["reason"] == "the process ended before the outcome was recorded"
         assert entry["cost"] == alice.cost(epsilon="0.5")
+        assert alice.ledger.budget("alice", "adult").spent == alice.cost(epsilon="0.5")
         later = alice.ledger.charge("alice", "adult", alice.cost(epsilon="0.1"), "later")
         assert later.id == entry["id"] + 1  # consecutive across processes
 

@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from dpsql.context import Context
 from dpsql.errors import ConfigurationError, InternalError, QueryCanceled, QueryRejected
-from dpsql.ledger import Ledger, answers_queued
+from dpsql.ledger import Ledger
 from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost
 from dpsql.query import cache, meta
@@ -372,7 +372,6 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
     prepared = _prepare(call, entry)
     plan, policy = prepared.plan, call.policy
     dataset = plan.dataset.name
-    seen = answers_queued(call.ctx.store)  # before the look-up (see Ledger.settle)
     stored = cache.lookup(call.ctx.store, prepared.key)
     if stored is not None:
         audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
@@ -393,7 +392,7 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
                        notice, False, charge.id)
 
     try:
-        return _measured(call, prepared, query, charge.id, seen, answered)
+        return _measured(call, prepared, query, charge.id, answered)
     except BaseException as err:
         if isinstance(err, QueryCanceled):  # a fixed text caused by the analyst, not the rows
             call.ledger.settle(charge.id, "failed", reason=str(err))
@@ -403,15 +402,14 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
         raise InternalError(FAILED_AFTER_CHARGE) from None
 
 
-def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int, seen: int,
+def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,
               answered: Callable[[list[np.ndarray]], Answer]) -> Answer:
     """Run the charged query, add the noise, and settle the request with the stored answer.
 
     The snapshot ends and the reply is built before the settle is queued, so the
     settle's commit on the writer thread does not slow the reply down. A
     concurrent twin (same user, question and cost) that stored its answer first
-    wins: its numbers are returned, so a repeat never gets a second draw; ``seen``:
-    :func:`~dpsql.ledger.answers_queued` before the cache look-up.
+    wins: its numbers are returned, so a repeat never gets a second draw.
     """
     plan = prepared.plan
     dense = expand_public_keys(plan, query.run())
@@ -420,7 +418,7 @@ def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int, 
     answer = answered(noisy)
     row = cache.stored_row(prepared.key, call.user, plan, call.policy.fingerprint, audit_id,
                            prepared.noises, noisy)
-    if call.ledger.settle(audit_id, "answered", answer=row, since=seen):
+    if call.ledger.settle(audit_id, "answered", answer=row):
         return answer
     twin = cache.lookup(call.ctx.store, prepared.key)
     assert twin is not None, "an answer that was stored first is still stored"

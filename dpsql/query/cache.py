@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsql.ledger import queued_answer
+from dpsql.ledger import answer_stored, queued_answer
 from dpsql.privacy import PrivacyCost
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import QueryPlan
@@ -46,9 +46,14 @@ def cache_key(user: str, fingerprint: str, plan: QueryPlan, cost: PrivacyCost) -
 def lookup(store: Store, key: str) -> CachedAnswer | None:
     """The stored answer under ``key``, if any (including one whose settle is queued)."""
     queued = queued_answer(store, key)
-    row = (queued[4], queued[7], queued[8]) if queued is not None else store.cursor().execute(
-        "SELECT audit_id, noise, measures FROM dpsql.query_cache WHERE key = ?", [key]
-    ).fetchone()
+    if queued is not None:
+        row = (queued[4], queued[7], queued[8])
+    elif not answer_stored(store, key):  # the usual miss reads nothing
+        return None
+    else:
+        row = store.cursor().execute(
+            "SELECT audit_id, noise, measures FROM dpsql.query_cache WHERE key = ?", [key]
+        ).fetchone()
     if row is None:
         return None
     noises = tuple(Noise.from_json(n) for n in json.loads(row[1]))
