@@ -302,34 +302,7 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
         emit_json(entry)
         return
     rec = entry["record"]
-    facts = [
-        ("table", rec["table"]), ("release id", rec["release_id"]),
-        ("dataset", f"{rec['dataset']['name']} (table {rec['dataset']['table']}, fingerprint "
-                    f"{rec['dataset']['fingerprint']})"),
-        ("privacy unit", f"{rec['dataset']['privacy_unit']}, at most "
-                         f"{rec['dataset']['max_rows']} row(s) each"),
-        ("policy", rec["policy_fingerprint"]),
-        ("synthesizer", f"{rec['synthesizer']['name']} {rec['synthesizer']['version']} "
-                        f"({rec['synthesizer']['module']})"),
-        ("options", ", ".join(f"{k}={v}" for k, v in rec["synthesizer"]["options"].items())
-         or "(defaults)"),
-        ("parameters", ", ".join(f"{k}={v}" for k, v in rec["parameters"].items())),
-        ("privacy", rec["privacy"]),
-        ("cost charged", cost_text(rec["cost"]["charged"])),
-        ("cost spent", cost_text(rec["cost"]["spent"])),
-        ("columns", ", ".join(rec["columns"])),
-        ("rows", _copies(rec['rows'], rec['copies']) if rec["output"] == "rows"
-         else f"{rec['rows']:,} rows of counts"),
-        ("seed", f"{rec['seed']['value']} ({rec['seed']['source']})"),
-        ("products", ", ".join(rec.get("products", [])) or "none"),
-        ("resumable", "yes (dpsql release-more)" if rec.get("resumable") else "no"),
-        ("released", f"by {rec['released_by']} at {rec['released_at'][:19]}"),
-    ]
-    for ext in rec.get("extensions", []):
-        facts.append(("more copies", f"{_numbers(ext['copies'])} by {ext['by']} "
-                                     f"at {ext['at']}"))
-    if entry["superseded_by"]:
-        facts.append(("superseded by", entry["superseded_by"]))
+    facts = release_facts(entry)
     width = max(len(k) for k, _ in facts)
     for key, value in facts:
         click.echo(f"{key.ljust(width)}  {value}")
@@ -425,6 +398,42 @@ def evaluate_cmd(name: str, copy_number: int | None, out: str | None, no_report:
                f"{evaluation.synthetic.rows_true:,} true rows")
     if paths:
         click.echo(f"report: {paths['html']}")
+
+
+def release_facts(entry: dict[str, Any]) -> list[tuple[str, str]]:
+    """The provenance of a release as (fact, value) lines (releases show, the console)."""
+    from dpsql.provenance import cost_text
+
+    rec = entry["record"]
+    facts = [
+        ("table", rec["table"]), ("release id", rec["release_id"]),
+        ("dataset", f"{rec['dataset']['name']} (table {rec['dataset']['table']}, fingerprint "
+                    f"{rec['dataset']['fingerprint']})"),
+        ("privacy unit", f"{rec['dataset']['privacy_unit']}, at most "
+                         f"{rec['dataset']['max_rows']} row(s) each"),
+        ("policy", rec["policy_fingerprint"]),
+        ("synthesizer", f"{rec['synthesizer']['name']} {rec['synthesizer']['version']} "
+                        f"({rec['synthesizer']['module']})"),
+        ("options", ", ".join(f"{k}={v}" for k, v in rec["synthesizer"]["options"].items())
+         or "(defaults)"),
+        ("parameters", ", ".join(f"{k}={v}" for k, v in rec["parameters"].items())),
+        ("privacy", rec["privacy"]),
+        ("cost charged", cost_text(rec["cost"]["charged"])),
+        ("cost spent", cost_text(rec["cost"]["spent"])),
+        ("columns", ", ".join(rec["columns"])),
+        ("rows", _copies(rec['rows'], rec['copies']) if rec["output"] == "rows"
+         else f"{rec['rows']:,} rows of counts"),
+        ("seed", f"{rec['seed']['value']} ({rec['seed']['source']})"),
+        ("products", ", ".join(rec.get("products", [])) or "none"),
+        ("resumable", "yes (dpsql release-more)" if rec.get("resumable") else "no"),
+        ("released", f"by {rec['released_by']} at {rec['released_at'][:19]}"),
+    ]
+    for ext in rec.get("extensions", []):
+        facts.append(("more copies", f"{_numbers(ext['copies'])} by {ext['by']} "
+                                     f"at {ext['at']}"))
+    if entry["superseded_by"]:
+        facts.append(("superseded by", entry["superseded_by"]))
+    return facts
 
 
 def _numbers(numbers: list[int]) -> str:

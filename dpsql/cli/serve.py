@@ -38,12 +38,17 @@ from dpsql.server import auth
               show_default=True, help="Largest protocol message accepted, in bytes.")
 @click.option("--workers", type=click.IntRange(min=1), default=8, show_default=True,
               help="Threads running DuckDB work.")
+@click.option("--console", "console", is_flag=True,
+              help="Also serve the administrators' web console on 127.0.0.1 (docs/console.md).")
+@click.option("--console-port", type=click.IntRange(0, 65535), default=5480, show_default=True,
+              help="TCP port of the web console (0 picks a free one).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Server log verbosity (stderr).")
 def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
               allow_plaintext: bool, max_clients: int, max_pending_logins: int,
               login_timeout: float, statement_timeout: float,
-              max_message_size: int, workers: int, log_level: str) -> None:
+              max_message_size: int, workers: int, console: bool, console_port: int,
+              log_level: str) -> None:
     """Serve the store to PostgreSQL clients (psql, DBeaver, psycopg, pandas).
 
     Analysts log in with SCRAM-SHA-256 passwords set by `dpsql user add`; each
@@ -69,7 +74,7 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
                           allow_plaintext=allow_plaintext, max_clients=max_clients,
                           max_pending_logins=max_pending_logins, login_timeout=login_timeout,
                           statement_timeout=statement_timeout, max_message=max_message_size,
-                          workers=workers)
+                          workers=workers, console_port=console_port if console else None)
 
     def ready(server: Server) -> None:
         users = auth.list_users(server.store)
@@ -83,5 +88,7 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
             click.echo("no user can log in yet: add one with dpsql user add NAME", err=True)
         click.echo(f'connect with: psql "host={host} port={server.port} user=USER '
                    f'dbname={Path(db).stem}"', err=True)
+        if server.console is not None:
+            click.echo(f"console (administrators): {server.console.url}", err=True)
 
     run(config, ready=ready)

@@ -107,7 +107,7 @@ class Verifier:
                                      "reset it with: dpsql user add NAME") from err
 
     def check(self, password: str) -> bool:
-        """Whether ``password`` matches (used by tests and the CLI, not by logins)."""
+        """Whether ``password`` matches (the console's logins; SQL logins use SCRAM)."""
         other = Verifier.make(password, iterations=self.iterations, salt=self.salt)
         return hmac.compare_digest(other.stored_key, self.stored_key)
 

@@ -78,11 +78,14 @@ def handler(session: Session) -> StatementHandler:
     return handle
 
 
-def call(session: Session, command: str) -> CallAnswer:
-    """Run the dpsql command line ``command`` as the session's admin; audited."""
+def call(session: Session, command: str, statement: str | None = None) -> CallAnswer:
+    """Run the dpsql command line ``command`` as the session's admin; audited.
+
+    ``statement`` is what the audit row records (default: the CALL itself).
+    """
     from dpsql.cli.common import Caller
 
-    statement = f"CALL dpsql('{command}')"
+    statement = statement or f"CALL dpsql('{command}')"
     ledger = session.ledger
     if not session.is_admin:
         ledger.record(session.user, None, statement, "refused", "not an administrator",

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
 from dpsql.jobs import jobs
@@ -34,6 +34,9 @@ from dpsql.server.connection import Connection
 from dpsql.server.router import StatementHandler
 from dpsql.session import Session, connect
 from dpsql.store import Store
+
+if TYPE_CHECKING:
+    from dpsql.console.app import Console
 
 log = logging.getLogger("dpsql.server")
 
@@ -57,6 +60,7 @@ class ServerConfig:
     failed_login_delay: float = 0.5
     login_failures_free: int = 5  # per (user, address), then refusals from 1 s, doubling
     login_failures_free_per_host: int = 50
+    console_port: int | None = None  # the admins' web console on 127.0.0.1 (None: off)
 
 
 def _default_handler(session: Session) -> StatementHandler:
@@ -85,6 +89,7 @@ class Server:
         self._next_pid = 1000 + secrets.randbelow(10_000)
         self._server: asyncio.AbstractServer | None = None
         self.port = config.port
+        self.console: Console | None = None
 
     # -- connections registry ---------------------------------------------------------------
     def next_pid(self) -> int:
@@ -144,6 +149,9 @@ class Server:
         sockets = list(self._server.sockets or ())
         if sockets:
             self.port = int(sockets[0].getsockname()[1])
+        if self.config.console_port is not None:
+            self.console = _console(self)
+            self.console.start()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -164,6 +172,8 @@ class Server:
         store is then left open (a worker still uses it) and the caller should exit.
         """
         self.admin.stop()
+        if self.console is not None:
+            self.console.stop()
         if self._server is not None:
             self._server.close()
         # A release may fit for many minutes: stop it (nothing written, the charge stays).
@@ -179,6 +189,21 @@ class Server:
             self.catalog.close()
             self.store.close()
         return clean
+
+
+def _console(server: Server) -> Console:
+    """The web console of ``server`` (``dpsql serve --console``)."""
+    from dpsql.console.app import Console
+
+    port = server.config.console_port or 0
+    try:
+        return Console(server.store, server.secret, server.open_session, port)
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise AddressInUse(f"console port {port} on 127.0.0.1 is in use by another "
+                               "program; choose another with --console-port (0 picks a free "
+                               "one)") from err
+        raise
 
 
 def _tls_context(config: ServerConfig) -> ssl.SSLContext | None:

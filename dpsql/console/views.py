@@ -1,0 +1,188 @@
+"""What each console page shows: what ``budget show``, ``audit`` and ``releases`` show an admin.
+
+Each view reads as its CLI command reads (``policy show`` and ``jobs`` too), nothing more.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from datetime import date, datetime
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from dpsql.console import pages
+from dpsql.privacy import PrivacyCost
+from dpsql.session import Session
+
+AUDIT_ROWS = 500  # the newest rows a filtered audit page shows
+
+
+def budgets(session: Session, csrf: str) -> str:
+    """Per-dataset and per-user budget bars, spend over time and the grant form."""
+    policy, delta = session.policy, session.policy.delta
+    ledger = session.ledger
+    datasets = [ledger.budget(session.user, name) for name in policy.datasets]
+    dataset_bars = "".join(pages.bar(
+        b.dataset, float(b.dataset_spent), float(b.dataset_total),
+        f"spent {b.dataset_spent.describe(delta)} of "
+        f"{b.dataset_total.describe(delta, 'nearest')}") for b in datasets)
+    user_bars = "".join(pages.bar(
+        f"{b.user} on {b.dataset}", float(b.spent), float(b.granted),
+        f"spent {b.spent.describe(delta)} of {b.granted.describe(delta, 'nearest')}, "
+        f"remaining {b.remaining.describe(delta, 'down')}") for b in session.budget())
+    unit = "epsilon" if policy.accounting == "pure" else "rho"
+    form = ('<form method="post" action="/grant"><fieldset><legend>Grant budget</legend>'
+            + pages.hidden(csrf) + pages.select("user", policy.users)
+            + pages.select("dataset", policy.datasets)
+            + '<label>epsilon <input name="epsilon" size="6"></label>'
+            + "<button>Grant</button></fieldset></form>")
+    return (f"<h2>Datasets</h2>{dataset_bars}<h2>Users</h2>{user_bars or '<p>no budgets</p>'}"
+            f"<h2>Spend over time ({unit})</h2>{pages.spend_chart(spend(session), unit)}"
+            f"{form}")
+
+
+def spend(session: Session) -> dict[str, list[tuple[datetime, float]]]:
+    """Cumulative spend per dataset after each charge, in the policy's unit."""
+    kind = session.policy.accounting
+    rows = session.store.cursor().execute(
+        "SELECT dataset, ts, kind, units FROM dpsql.charges WHERE NOT infinite "
+        "ORDER BY ts, id").fetchall()
+    totals: dict[str, PrivacyCost] = {}
+    series: dict[str, list[tuple[datetime, float]]] = {}
+    for dataset, at, row_kind, units in rows:
+        cost = PrivacyCost(row_kind, int(units))
+        total = totals.get(dataset, PrivacyCost.zero(kind)) + cost.to(kind)
+        totals[dataset] = total
+        series.setdefault(dataset, []).append((at, float(total)))
+    return series
+
+
+def audit(session: Session, query: Mapping[str, str]) -> str:
+    """The audit log, newest first, filtered by user, dataset, kind (action) and dates."""
+    policy, delta = session.policy, session.policy.delta
+    user, dataset, action = query.get("user", ""), query.get("dataset", ""), query.get("kind", "")
+    since, until = _day(query.get("from")), _day(query.get("to"))
+    rows = session.audit(user or None)
+    actions = sorted({r["action"] for r in rows})
+    picked = [r for r in reversed(rows)
+              if (not dataset or r["dataset"] == dataset) and (not action or r["action"] == action)
+              and (since is None or r["at"].date() >= since)
+              and (until is None or r["at"].date() <= until)][:AUDIT_ROWS]
+    form = ('<form method="get" action="/audit">'
+            + pages.select("user", policy.users, user, "any user")
+            + pages.select("dataset", policy.datasets, dataset, "any dataset")
+            + pages.select("kind", actions, action, "any kind")
+            + f'<label>from <input type="date" name="from" value="{escape(str(since or ""))}">'
+            f'</label><label>to <input type="date" name="to" value="{escape(str(until or ""))}">'
+            "</label><button>Filter</button></form>")
+    body = pages.table(
+        ([r["id"], f"{r['at']:%Y-%m-%d %H:%M:%S}", r["user"], r["dataset"] or "", r["action"],
+          r["outcome"], ("asked " if r["outcome"] == "refused" else "")
+          + r["cost"].describe(delta) if r["cost"] else "",
+          _short(r["reason"] or r["statement"] or "")] for r in picked),
+        ["id", "at", "user", "dataset", "kind", "outcome", "cost", "statement / reason"])
+    return f"{form}<p>{len(picked)} row(s)</p>{body}"
+
+
+def releases(session: Session, csrf: str) -> str:
+    """Every release (superseded ones too) with its cost and copies, and the release form."""
+    from dpsql.provenance import cost_text, releases
+
+    policy = session.policy
+    rows = []
+    for r in releases(session.store, include_superseded=True):
+        rec, name = r["record"], r["name"]
+        link = name if r["superseded_by"] else \
+            f'<a href="/releases/{quote(name)}">{escape(name)}</a>'
+        rows.append([link, r["dataset"], r["synthesizer"], r["privacy"], f"{rec['rows']:,}",
+                     rec["copies"], cost_text(rec["cost"]["charged"]), r["released_by"],
+                     f"{r['released_at']:%Y-%m-%d %H:%M}", r["superseded_by"] or ""])
+    synths = sorted({s for ds in policy.datasets.values() for s in ds.synthesizers})
+    form = ('<form method="post" action="/release"><fieldset><legend>Release a synthetic table'
+            "</legend>" + pages.hidden(csrf) + pages.select("dataset", policy.datasets)
+            + pages.select("synthesizer", synths)
+            + '<label>epsilon <input name="epsilon" size="6"></label>'
+            '<label>name <input name="name" size="16"></label>'
+            "<button>Release</button></fieldset></form>")
+    headers = ["name", "dataset", "synthesizer", "privacy", "rows", "copies", "cost", "by",
+               "at", "superseded by"]
+    return (pages.table(rows, headers, raw=0) if rows else "<p>no releases yet</p>") + form
+
+
+def release(session: Session, name: str) -> str:
+    """One release's provenance (as ``releases show``) with a link to its fidelity report."""
+    from dpsql.cli.release import release_facts
+    from dpsql.provenance import cost_text, find
+
+    entry = find(session.store, name)
+    measurements = entry["record"].get("measurements", [])
+    body = pages.table(release_facts(entry), ["fact", "value"])
+    if measurements:
+        body += "<h2>Measurements</h2>" + pages.table(
+            ([", ".join(m.get("columns", [])) or "(row count)", m.get("cells", ""),
+              m.get("mechanism", ""), m.get("scale", ""),
+              cost_text(m["cost"]) if isinstance(m.get("cost"), dict) else ""]
+             for m in measurements), ["columns", "cells", "mechanism", "scale", "cost"])
+    if entry["record"].get("output") == "rows":
+        body += (f'<p><a href="/releases/{quote(name)}/report">Fidelity report</a> (not DP: '
+                 "computed from the real data; audited, as dpsql evaluate)</p>")
+    return body
+
+
+def report(session: Session, name: str) -> str:
+    """The fidelity report of ``dpsql evaluate`` (a whole page; audited by the evaluation)."""
+    from dpsql.analysis.fidelity import evaluate_release
+    from dpsql.analysis.report import write_report
+
+    evaluation = evaluate_release(session, name, seed=0)
+    with tempfile.TemporaryDirectory(prefix="dpsql-console-") as folder:
+        return write_report(evaluation, folder)["html"].read_text()
+
+
+def policy(session: Session) -> str:
+    """The active policy, its history and each version's diff against the one before."""
+    store = session.store
+    history = store.policy_history()
+    texts = store.cursor().execute(
+        "SELECT version, text FROM dpsql.policies ORDER BY version").fetchall()
+    diffs = "".join(f"<h3>version {version}</h3>{pages.diff_html(lines)}"
+                    for version, lines in pages.policy_diffs(texts))
+    return (f"<h2>Active (version {history[-1]['version']}, "
+            f"{escape(history[-1]['fingerprint'])})</h2>"
+            f'<pre class="diff">{escape(store.active_policy().text)}</pre><h2>History</h2>'
+            + pages.table(([h["version"], h["fingerprint"], h["applied_by"],
+                            f"{h['applied_at']:%Y-%m-%d %H:%M}", h["changes"] or ""]
+                           for h in reversed(history)),
+                          ["version", "fingerprint", "by", "at", "changes"])
+            + f"<h2>Changes</h2>{diffs or '<p>only one version</p>'}")
+
+
+def jobs(session: Session, csrf: str) -> str:
+    """Release jobs, newest first, with a cancel button on those still queued or running."""
+    rows = session.jobs().list()
+
+    def cancel(job: dict[str, Any]) -> str:
+        if job["state"] not in ("queued", "running"):
+            return ""
+        return (f'<form class="inline" method="post" action="/jobs/{int(job["id"])}/cancel">'
+                f"{pages.hidden(csrf)}<button>Cancel</button></form>")
+
+    return pages.table(
+        ([cancel(j), j["id"], j["state"], j["stage"] or "", j["kind"], j["name"], j["dataset"],
+          j["synthesizer"], j["user"], j["submitted_at"], j["error"] or ""] for j in rows),
+        ["", "id", "state", "stage", "kind", "name", "dataset", "synthesizer", "user",
+         "submitted", "error"], raw=0) if rows else "<p>no release jobs yet</p>"
+
+
+def _day(text: str | None) -> date | None:
+    try:
+        return date.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
+def _short(text: str, width: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
