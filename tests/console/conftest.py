@@ -1,0 +1,64 @@
+"""Fixtures for the console: a served store with the console on, and a headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ..server.conftest import ServerProcess, make_store, serve_args, start_server
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--window-size=1200,900")
+
+
+@pytest.fixture(scope="module")
+def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``dpsql serve --console`` on a fresh store (one per test module)."""
+    db = make_store(tmp_path_factory.mktemp("console") / "adult.duckdb")
+    with start_server(serve_args(db, "--console", "--console-port", "0")) as server:
+        yield server
+
+
+def console_url(server: ServerProcess, timeout: float = 30) -> str:
+    """The console's address, as ``dpsql serve`` printed it (after its listening line)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in list(server.lines):
+            match = re.search(r"console \(administrators\): (http://\S+)", line)
+            if match:
+                return match.group(1)
+        time.sleep(0.05)
+    raise AssertionError("dpsql serve printed no console address:\n" + "".join(server.lines))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One headless Chromium (Debian's, with its chromedriver) for a test module."""
+    webdriver = pytest.importorskip("selenium.webdriver")
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.skip("needs Debian's chromium and chromium-driver (.ci/run installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium')}")
+    driver = webdriver.Chrome(options=options,
+                              service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the browser tests write their screenshots."""
+    return tmp_path_factory.mktemp("screenshots")

@@ -1,0 +1,94 @@
+"""Console logins, cookies, CSRF tokens and the command lines of its forms (no browser)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+import dpsql
+from dpsql.console.app import _action, run_command
+from dpsql.console.auth import Logins, cookie, password_ok, same_token, set_cookie
+from dpsql.errors import AccessDenied
+from dpsql.store import Store
+
+from ..server.conftest import PASSWORDS, make_store
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_store(tmp_path_factory.mktemp("console_auth") / "adult.duckdb")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_login_expires_when_idle_and_on_logout() -> None:
+    clock = Clock()
+    logins = Logins(idle=60, clock=clock)
+    token, login = logins.open("admin")
+    other, _ = logins.open("admin")
+    assert token != other
+    assert len(token) >= 40
+    assert login.csrf not in (token, other)
+    clock.now = 59
+    assert logins.find(token) is login  # used: the idle timer restarts
+    clock.now = 118
+    assert logins.find(token) is login
+    clock.now = 178.5
+    assert logins.find(token) is None
+    assert logins.find(other) is None
+    token, _ = logins.open("admin")
+    logins.close(token)
+    assert logins.find(token) is None
+    assert logins.find(None) is None
+
+
+@pytest.mark.parametrize(("expected", "given", "ok"), [
+    ("abc123", "abc123", True), ("abc123", "abc124", False), ("abc123", "", False),
+    ("abc123", None, False), ("", "", False), (None, None, False)],
+    ids=["same", "different", "empty", "missing", "both-empty", "both-missing"])
+def test_csrf_tokens_must_match(expected: str | None, given: str | None, ok: bool) -> None:
+    assert same_token(expected, given) is ok
+
+
+def test_the_session_cookie_is_httponly_and_strict() -> None:
+    header = set_cookie("dpsql_console", "tok")
+    assert header.split("; ")[0] == "dpsql_console=tok"
+    assert {"HttpOnly", "SameSite=Strict", "Path=/"} <= set(header.split("; "))
+    assert "Max-Age=0" in set_cookie("dpsql_console", "", clear=True)
+    assert cookie("a=1; dpsql_console=tok", "dpsql_console") == "tok"
+    assert cookie("a=1", "dpsql_console") is None
+    assert cookie(None, "dpsql_console") is None
+
+
+def test_the_sql_password_is_checked(store_path: Path) -> None:
+    with Store.open(store_path) as store:
+        assert password_ok(store, b"s" * 32, "admin", PASSWORDS["admin"])
+        assert not password_ok(store, b"s" * 32, "admin", PASSWORDS["alice"])
+        assert not password_ok(store, b"s" * 32, "nobody", PASSWORDS["admin"])
+
+
+def test_form_values_stay_single_arguments() -> None:
+    args, back = _action("/grant", {"user": "alice --as admin", "dataset": "adult; rm x",
+                                    "epsilon": "1"})
+    assert back == "/budgets"
+    assert args == ["budget", "grant", "--epsilon", "1", "--", "alice --as admin", "adult; rm x"]
+    assert shlex.split(shlex.join(args)) == args  # what CALL dpsql's code path splits
+    assert _action("/jobs/7/cancel", {}) == (["jobs", "cancel", "7"], "/jobs")
+    assert _action("/nowhere", {})[0] is None
+
+
+def test_an_analyst_cannot_run_a_command(store_path: Path) -> None:
+    with dpsql.connect(store_path, "alice") as session:
+        with pytest.raises(AccessDenied, match="analyst"):
+            run_command(session, ["budget", "grant", "--epsilon", "5", "--", "alice", "adult"])
+        last = session.ledger.audit("alice", last=1)[0]
+    assert (last["action"], last["outcome"]) == ("admin_call", "refused")
+    assert last["statement"].startswith("console: dpsql budget grant")

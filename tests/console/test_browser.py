@@ -1,0 +1,148 @@
+"""The console in a real headless browser: log in, watch budgets move, act through forms."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from PIL import Image
+
+from ..server.conftest import PASSWORDS, ServerProcess
+from .conftest import console_url
+
+PAGES = ("budgets", "audit", "releases", "releases/adult_syn", "policy", "jobs")
+
+
+def log_in(driver: Any, url: str, user: str = "admin") -> None:
+    """Fill and send the login form."""
+    from selenium.webdriver.common.by import By
+
+    driver.delete_all_cookies()
+    driver.get(url + "login")
+    driver.find_element(By.NAME, "user").send_keys(user)
+    driver.find_element(By.NAME, "password").send_keys(PASSWORDS[user])
+    driver.find_element(By.TAG_NAME, "form").submit()
+
+
+def share(driver: Any, label: str) -> float:
+    """The spent share a budget bar draws for ``label``."""
+    from selenium.webdriver.common.by import By
+
+    bar = driver.find_element(By.CSS_SELECTOR, f'svg[aria-label^="{label}:"]')
+    return float(bar.get_attribute("data-share"))
+
+
+def test_analyst_password_is_refused(browser: Any, console_server: ServerProcess) -> None:
+    url = console_url(console_server)
+    log_in(browser, url, "alice")
+    assert "alice is an analyst; the console is for administrators" in browser.page_source
+    browser.get(url + "budgets")
+    assert browser.current_url.endswith("/login")  # no session cookie was given
+
+
+def test_budget_bar_moves_after_a_query(browser: Any, console_server: ServerProcess) -> None:
+    url = console_url(console_server)
+    log_in(browser, url)
+    assert browser.current_url.endswith("/budgets")
+    before = share(browser, "erin on adult")
+    with psycopg.connect(console_server.dsn("erin"), autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 0.5")
+        conn.execute("SELECT COUNT(*) FROM adult").fetchone()
+    browser.refresh()
+    assert before == 0.0
+    assert share(browser, "erin on adult") == pytest.approx(0.5)  # 0.5 of erin's epsilon 1
+
+
+def test_grant_through_the_form_is_audited(browser: Any, console_server: ServerProcess) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    url = console_url(console_server)
+    log_in(browser, url)
+    form = browser.find_element(By.CSS_SELECTOR, 'form[action="/grant"]')
+    Select(form.find_element(By.NAME, "user")).select_by_value("frank")
+    form.find_element(By.NAME, "epsilon").send_keys("0.25")
+    form.submit()
+    assert "granted epsilon=0.25 to frank on adult" in browser.page_source
+    assert share(browser, "frank on adult") == 0.0  # granted 1.25, nothing spent
+    browser.get(url + "audit?user=admin&kind=grant")
+    rows = browser.find_elements(By.XPATH, "//tr[td[text()='grant']]")
+    assert len(rows) == 1
+    assert "grant frank adult epsilon=0.25" in rows[0].text
+    browser.get(url + "audit?kind=admin_call")
+    assert "console: dpsql budget grant --epsilon 0.25 -- frank adult" in browser.page_source
+
+
+def test_a_release_opens_its_fidelity_report(browser: Any, console_server: ServerProcess) -> None:
+    from selenium.webdriver.common.by import By
+
+    url = console_url(console_server)
+    log_in(browser, url)
+    browser.get(url + "releases")
+    browser.find_element(By.LINK_TEXT, "adult_syn").click()
+    assert "independent" in browser.page_source
+    assert "Fidelity report" in browser.page_source
+    browser.find_element(By.LINK_TEXT, "Fidelity report").click()
+    assert browser.title == "dpsql fidelity report: adult_syn"
+    assert browser.find_elements(By.CSS_SELECTOR, "img[src^='data:image/png']")
+
+
+def test_a_post_without_the_csrf_token_is_refused(browser: Any,
+                                                  console_server: ServerProcess) -> None:
+    url = console_url(console_server)
+    log_in(browser, url)
+    cookie = "; ".join(f"{c['name']}={c['value']}" for c in browser.get_cookies())
+
+    def post(body: bytes) -> int:
+        request = urllib.request.Request(url + "grant", body, {"Cookie": cookie})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    assert post(b"user=dave&dataset=adult&epsilon=5") == 403
+    assert post(b"user=dave&dataset=adult&epsilon=5&csrf=forged") == 403
+    browser.get(url + "audit?kind=grant")
+    assert "grant dave" not in browser.page_source
+
+
+def test_screenshots_of_every_page_are_not_blank(browser: Any, console_server: ServerProcess,
+                                                 shots: Path) -> None:
+    url = console_url(console_server)
+    browser.delete_all_cookies()
+    browser.get(url + "login")
+    taken = [_shot(browser, shots / "login.png")]
+    log_in(browser, url)
+    for page in PAGES:
+        browser.get(url + page)
+        assert "<h1>" in browser.page_source
+        assert "Not found" not in browser.title
+        taken.append(_shot(browser, shots / f"{page.replace('/', '_')}.png"))
+    for path in taken:
+        assert_not_blank(path)
+
+
+def assert_not_blank(path: Path) -> None:
+    """A page was drawn: contrast and many grey levels (a blank or flat page has neither)."""
+    pixels = np.asarray(Image.open(path).convert("L"), dtype=float)
+    assert pixels.std() > 10, f"{path} looks blank"
+    assert len(np.unique(pixels)) > 20, f"{path} has too few shades"
+
+
+@pytest.mark.parametrize("colour", [255, 0], ids=["white", "black"])
+def test_a_blank_screenshot_is_caught(tmp_path: Path, colour: int) -> None:
+    blank = tmp_path / "blank.png"
+    Image.new("RGB", (1200, 900), (colour,) * 3).save(blank)
+    with pytest.raises(AssertionError, match="looks blank"):
+        assert_not_blank(blank)
+
+
+def _shot(driver: Any, path: Path) -> Path:
+    assert driver.save_screenshot(str(path))
+    return path
