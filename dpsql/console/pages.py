@@ -23,7 +23,9 @@ td, th { border: 1px solid #cbd5e0; padding: .25em .6em; text-align: left; font-
 th { background: #edf2f7; } .flash { background: #e6fffa; border: 1px solid #81e6d9;
 padding: .5em 1em; white-space: pre-wrap; } .error { background: #fff5f5;
 border: 1px solid #feb2b2; padding: .5em 1em; white-space: pre-wrap; }
-form.inline { display: inline; } fieldset { background: #fff; border: 1px solid #cbd5e0; }
+form.inline { display: inline; }
+table.bars td, table.bars th { border: none; }
+fieldset { background: #fff; border: 1px solid #cbd5e0; }
 pre.diff { background: #fff; border: 1px solid #cbd5e0; padding: .5em; overflow-x: auto; }
 .add { color: #276749; } .del { color: #9b2c2c; } input, select { margin: .2em .4em .2em 0; }
 """
@@ -80,16 +82,21 @@ def login_page(csrf: str, error: str | None = None) -> str:
 
 
 # -- charts -------------------------------------------------------------------------------
+def bars(rows: Iterable[tuple[str, float, float, str]]) -> str:
+    """Budget bars, one row each: (label, used, total, text)."""
+    return '<table class="bars">' + "".join(bar(*row) for row in rows) + "</table>"
+
+
 def bar(label: str, used: float, total: float, text: str) -> str:
     """A horizontal bar: the share of ``total`` that is ``used`` (full when over)."""
     share = 0.0 if total == float("inf") else 1.0 if total <= 0 else min(used / total, 1.0)
     colour = "#c53030" if share >= 0.9 else "#dd6b20" if share >= 0.6 else "#38a169"
     width = round(300 * share, 1)
-    return (f'<div class="bar"><svg width="320" height="22" role="img" '
-            f'aria-label="{escape(label)}: {share:.0%} spent" data-share="{share:.6f}">'
-            f'<rect x="0" y="3" width="300" height="16" fill="#e2e8f0"/>'
-            f'<rect x="0" y="3" width="{width}" height="16" fill="{colour}"/></svg> '
-            f"<strong>{escape(label)}</strong> {escape(text)}</div>")
+    return (f'<tr><th>{escape(label)}</th><td><svg width="300" height="16" role="img" '
+            f'aria-label="{escape(label)}: {share:.1%} spent" data-share="{share:.6f}">'
+            f'<rect width="300" height="16" fill="#e2e8f0"/>'
+            f'<rect width="{width}" height="16" fill="{colour}"/></svg></td>'
+            f"<td>{escape(text)}</td></tr>")
 
 
 def spend_chart(series: Mapping[str, Sequence[tuple[datetime, float]]], unit: str) -> str:
@@ -102,15 +109,18 @@ def spend_chart(series: Mapping[str, Sequence[tuple[datetime, float]]], unit: st
     top = max(p[1] for p in points) or 1.0
     span = (t1 - t0).total_seconds() or 1.0
 
-    def xy(at: datetime, value: float) -> str:
+    def xy(at: datetime, value: float) -> tuple[float, float]:
         x = pad + (w - 2 * pad) * ((at - t0).total_seconds() / span if t1 > t0 else 0.5)
-        return f"{x:.1f},{h - pad - (h - 2 * pad) * value / top:.1f}"
+        return x, h - pad - (h - 2 * pad) * value / top
 
     lines, legend = [], []
     for i, (dataset, data) in enumerate(sorted(series.items())):
         colour = COLOURS[i % len(COLOURS)]
+        corners = [xy(at, v) for at, v in [(data[0][0], 0.0), *data]]  # from zero
         lines.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
-                     + " ".join(xy(at, v) for at, v in data) + '"/>')
+                     + " ".join(f"{x:.1f},{y:.1f}" for x, y in corners) + '"/>'
+                     + "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>'
+                               for x, y in corners[1:]))
         legend.append(f'<text x="{pad + 150 * i}" y="16" fill="{colour}">{escape(dataset)}'
                       "</text>")
     axes = (f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#718096"/>'

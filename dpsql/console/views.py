@@ -24,11 +24,11 @@ def budgets(session: Session, csrf: str) -> str:
     policy, delta = session.policy, session.policy.delta
     ledger = session.ledger
     datasets = [ledger.budget(session.user, name) for name in policy.datasets]
-    dataset_bars = "".join(pages.bar(
+    dataset_bars = pages.bars((
         b.dataset, float(b.dataset_spent), float(b.dataset_total),
         f"spent {b.dataset_spent.describe(delta)} of "
         f"{b.dataset_total.describe(delta, 'nearest')}") for b in datasets)
-    user_bars = "".join(pages.bar(
+    user_bars = pages.bars((
         f"{b.user} on {b.dataset}", float(b.spent), float(b.granted),
         f"spent {b.spent.describe(delta)} of {b.granted.describe(delta, 'nearest')}, "
         f"remaining {b.remaining.describe(delta, 'down')}") for b in session.budget())
@@ -38,7 +38,7 @@ def budgets(session: Session, csrf: str) -> str:
             + pages.select("dataset", policy.datasets)
             + '<label>epsilon <input name="epsilon" size="6"></label>'
             + "<button>Grant</button></fieldset></form>")
-    return (f"<h2>Datasets</h2>{dataset_bars}<h2>Users</h2>{user_bars or '<p>no budgets</p>'}"
+    return (f"<h2>Datasets</h2>{dataset_bars}<h2>Users</h2>{user_bars}"
             f"<h2>Spend over time ({unit})</h2>{pages.spend_chart(spend(session), unit)}"
             f"{form}")
 
