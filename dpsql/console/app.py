@@ -14,7 +14,7 @@ import re
 import secrets
 import shlex
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -23,6 +23,7 @@ from dpsql.console import pages, views
 from dpsql.console.auth import (
     COOKIE,
     LOGIN_COOKIE,
+    Login,
     Logins,
     cookie,
     password_ok,
@@ -130,7 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _redirect(self, to: str, cookies: list[str] = ()) -> None:  # type: ignore[assignment]
+    def _redirect(self, to: str, cookies: Sequence[str] = ()) -> None:
         self.send_response(303)
         self.send_header("Location", to)
         for value in cookies:
@@ -170,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
         login.flash = login.error = None
         self._page(login, url.path, query, flash, error)
 
-    def _page(self, login: Any, path: str, query: dict[str, str], flash: str | None,
+    def _page(self, login: Login, path: str, query: dict[str, str], flash: str | None,
               error: str | None) -> None:
         match = _RELEASE.match(path)
         with self._session(login) as session:
@@ -237,14 +238,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._redirect("/budgets", [set_cookie(COOKIE, token),
                                     set_cookie(LOGIN_COOKIE, "", clear=True)])
 
-    def _session(self, login: Any) -> _AdminSession:
+    def _session(self, login: Login) -> _AdminSession:
         return _AdminSession(self, login)
 
 
 class _AdminSession:
     """A Session of the logged-in user while they are still an admin (else: logged out)."""
 
-    def __init__(self, handler: _Handler, login: Any) -> None:
+    def __init__(self, handler: _Handler, login: Login) -> None:
         self.handler, self.login = handler, login
         self.session: Session | None = None
 
@@ -266,7 +267,7 @@ class _AdminSession:
 
 
 def _view(session: Session, path: str, query: dict[str, str], csrf: str,
-          release: re.Match[str] | None) -> tuple[Any, str]:
+          release: re.Match[str] | None) -> tuple[str | None, str]:
     """The title and body of page ``path`` (None: no such page)."""
     if path == "/budgets":
         return "Budgets", views.budgets(session, csrf)

@@ -50,12 +50,12 @@ class Logins:
 
     def find(self, token: str | None) -> Login | None:
         """The live login of ``token`` (its idle timer restarts), else None."""
-        login = self._open.get(token) if token else None
-        if login is None:
+        login = self._open.get(token or "")
+        if login is None or token is None:
             return None
         now = self.clock()
         if login.expires <= now:
-            self._open.pop(token, None)  # type: ignore[arg-type]
+            self._open.pop(token, None)
             return None
         login.expires = now + self.idle
         return login

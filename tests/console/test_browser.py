@@ -27,6 +27,16 @@ def log_in(driver: Any, url: str, user: str = "admin") -> None:
     driver.find_element(By.NAME, "user").send_keys(user)
     driver.find_element(By.NAME, "password").send_keys(PASSWORDS[user])
     driver.find_element(By.TAG_NAME, "form").submit()
+    shows(driver, "</h1>")
+
+
+def shows(driver: Any, text: str, timeout: float = 20) -> None:
+    """Wait until the page that a submit loads holds ``text``."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, timeout).until(lambda d: text in d.page_source and
+                                         d.execute_script("return document.readyState")
+                                         == "complete")
 
 
 def share(driver: Any, label: str) -> float:
@@ -40,6 +50,7 @@ def share(driver: Any, label: str) -> float:
 def test_analyst_password_is_refused(browser: Any, console_server: ServerProcess) -> None:
     url = console_url(console_server)
     log_in(browser, url, "alice")
+    shows(browser, "is an analyst")
     assert "alice is an analyst; the console is for administrators" in browser.page_source
     browser.get(url + "budgets")
     assert browser.current_url.endswith("/login")  # no session cookie was given
@@ -68,6 +79,7 @@ def test_grant_through_the_form_is_audited(browser: Any, console_server: ServerP
     Select(form.find_element(By.NAME, "user")).select_by_value("frank")
     form.find_element(By.NAME, "epsilon").send_keys("0.25")
     form.submit()
+    shows(browser, "granted epsilon")
     assert "granted epsilon=0.25 to frank on adult" in browser.page_source
     assert share(browser, "frank on adult") == 0.0  # granted 1.25, nothing spent
     browser.get(url + "audit?user=admin&kind=grant")
@@ -88,6 +100,7 @@ def test_a_release_opens_its_fidelity_report(browser: Any, console_server: Serve
     assert "independent" in browser.page_source
     assert "Fidelity report" in browser.page_source
     browser.find_element(By.LINK_TEXT, "Fidelity report").click()
+    shows(browser, "Fidelity of released.adult_syn", timeout=60)
     assert browser.title == "dpsql fidelity report: adult_syn"
     assert browser.find_elements(By.CSS_SELECTOR, "img[src^='data:image/png']")
 
