@@ -14,7 +14,10 @@ reader (in that venv, on the same rows) and its ratio to plain DuckDB is
 printed too. ``--unit-rows N`` adds a privacy unit of N consecutive rows
 (``max_rows: 1``), so the dpsql runs pay for contribution bounding too.
 
-    python benchmarks/query_overhead.py [--rows 10000000] [--runs 5] [--unit-rows 4] [--json]
+    python benchmarks/query_overhead.py [--rows 10000000] [--runs 8] [--unit-rows 4]
+        [--queries "sum with BETWEEN"] [--json]
+
+The host's load average is printed beside each figure.
 """
 
 from __future__ import annotations
@@ -31,17 +34,23 @@ from typing import Any
 import duckdb
 import pyarrow.csv as pacsv
 import yaml
-from _common import median_time, peak_rss_mb, print_table, readme
+from _common import median_time, peak_rss_mb, print_table, readme, span
 
 import dpsql
 from dpsql.ledger import settled
 from dpsql.store import Store
 
+# name -> the DP query, and the plain query it is timed against when they differ.
 QUERIES = {
     "count by 2 categoricals": "SELECT sex, race, COUNT(*) FROM adult GROUP BY sex, race",
     "sum with BETWEEN": "SELECT SUM(capital_gain) FROM adult WHERE age BETWEEN 20 AND 40",
+    "avg with BETWEEN": "SELECT AVG(hours_per_week) FROM adult WHERE age BETWEEN 20 AND 40",
+    "avg by dp_bin": "SELECT dp_bin(age, 10) AS a, AVG(hours_per_week) FROM adult GROUP BY a",
 }
+PLAIN = {"avg by dp_bin": "SELECT 10 * floor(age / 10) AS a, AVG(hours_per_week) FROM adult "
+                          "GROUP BY a"}
 SMARTNOISE = Path("/work/venvs/smartnoise/bin/python")
+SMARTNOISE_QUERIES = ("count by 2 categoricals", "sum with BETWEEN")  # on its CSV's columns
 SAMPLE_ROWS = 5000
 
 
@@ -84,7 +93,8 @@ def smartnoise(path: Path, runs: int) -> dict[str, float] | None:
     pacsv.write_csv(table, csv)
     script = Path(__file__).with_name("_smartnoise_queries.py")
     result = subprocess.run([str(SMARTNOISE), str(script), str(csv), str(runs),
-                             json.dumps(QUERIES)], capture_output=True, text=True,
+                             json.dumps({q: QUERIES[q] for q in SMARTNOISE_QUERIES})],
+                            capture_output=True, text=True,
                             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
                             timeout=3600)
     if result.returncode != 0:
@@ -96,7 +106,9 @@ def smartnoise(path: Path, runs: int) -> dict[str, float] | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument("--queries", nargs="*", choices=list(QUERIES), default=list(QUERIES),
+                        help="which queries to time (default: all)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-smartnoise", action="store_true")
     parser.add_argument("--no-checks", action="store_true",
@@ -127,10 +139,11 @@ def main() -> None:
             def text(sql: str, new: bool) -> str:  # extra blanks: a text never planned
                 return sql.replace("SELECT ", "SELECT " + " " * next(counter), 1) if new else sql
 
-            for name, sql in QUERIES.items():
+            for name in args.queries:
+                sql, plain_sql = QUERIES[name], PLAIN.get(name, QUERIES[name])
                 fresh()
                 dp(sql)
-                plain(sql)  # warm both
+                plain(plain_sql)  # warm both
                 for new in (False, True):
                     dp_times, plain_times = [], []
                     for _ in range(args.runs):  # interleaved, so drift hits both alike
@@ -139,18 +152,20 @@ def main() -> None:
                         asked = text(sql, new)
                         dp_times.append(median_time(lambda s=asked: dp(s), 1)[0])
                         quiet()
-                        plain_times.append(median_time(lambda s=sql: plain(s), 1)[0])
+                        plain_times.append(median_time(lambda s=plain_sql: plain(s), 1)[0])
                     dp_median = sorted(dp_times)[len(dp_times) // 2]
                     plain_median = sorted(plain_times)[len(plain_times) // 2]
                     rows.append({"query": name + (" (new text)" if new else ""),
                                  "rows": args.rows, "dpsql_s": dp_median,
-                                 "duckdb_s": plain_median, "ratio": dp_median / plain_median})
+                                 "duckdb_s": plain_median, "ratio": dp_median / plain_median,
+                                 "load": os.getloadavg()[0]})
         sn = None if args.no_smartnoise else smartnoise(path, args.runs)
         if sn is not None:
             for row in rows:
                 query = row["query"].removesuffix(" (new text)")
-                row["smartnoise_s"] = sn[query]
-                row["smartnoise_ratio"] = sn[query] / row["duckdb_s"]
+                if query in sn:
+                    row["smartnoise_s"] = sn[query]
+                    row["smartnoise_ratio"] = sn[query] / row["duckdb_s"]
         print_table(rows, args.json)
         if not args.json:
             print(f"median of {args.runs} runs each; peak RSS {peak_rss_mb():.0f} MB"
@@ -159,16 +174,18 @@ def main() -> None:
 
 
 def readme_line(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    """The README's figures: rows 0 and 2 reuse the text, rows 1 and 3 are new texts."""
-    ratio = [f"{r['ratio']:.2f}x" for r in rows]
+    """The README's figures: each query's ratio, then with a text never seen before."""
+    ratio = {r["query"]: f"{r['ratio']:.2f}x" for r in rows}
     bounds = "without --enforce-bounds" if args.no_checks else "with --enforce-bounds"
     units = f", a privacy unit per {args.unit_rows} rows" if args.unit_rows else ""
-    smartnoise = (f"smartnoise-sql {rows[0]['smartnoise_ratio']:.0f}x and "
-                  f"{rows[2]['smartnoise_ratio']:.0f}x" if "smartnoise_ratio" in rows[0]
-                  else "smartnoise-sql not run")
-    readme(f"{args.rows:,} rows, median of {args.runs} runs{units}: COUNT GROUP BY {ratio[0]}, "
-           f"SUM with BETWEEN {ratio[2]} {bounds}; a text never seen before {ratio[1]} and "
-           f"{ratio[3]}; {smartnoise}")
+    asked = "; ".join(f"{q} {ratio[q]} (new text {ratio[q + ' (new text)']})"
+                      for q in args.queries)
+    sn = [f"{r['query']} {r['smartnoise_ratio']:.0f}x" for r in rows
+          if "smartnoise_ratio" in r and "(new text)" not in r["query"]]
+    smartnoise = "smartnoise-sql " + ", ".join(sn) if sn else "smartnoise-sql not run"
+    loads = span((r["load"] for r in rows), ".1f")
+    readme(f"{args.rows:,} rows, median of {args.runs} runs{units}, {bounds}: {asked}; "
+           f"{smartnoise}; load {loads}")
 
 
 if __name__ == "__main__":
