@@ -10,7 +10,7 @@ post-processing on synthetic codes.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -21,6 +21,8 @@ import pyarrow.compute as pc
 from dpsql.errors import ConfigurationError
 from dpsql.policy import Column, Dataset, did_you_mean
 
+#: Equal parts of a bin whose DP counts make a ``decode: shape`` column's shape.
+SUB_BINS = 8
 
 def sql_literal(value: Any) -> str:
     """A SQL literal for a public domain value (never for data)."""
@@ -45,9 +47,14 @@ def quote(name: str) -> str:
 
 @dataclass(frozen=True)
 class Attribute:
-    """One column of a domain: ``size`` codes, each with a label."""
+    """One column of a domain: ``size`` codes, each with a label.
+
+    ``shape``: for a ``decode: shape`` column, the measured DP probability of each
+    sub-bin of each bin (:mod:`dpsql.synth.shape`); None until measured.
+    """
 
     column: Column
+    shape: tuple[tuple[float, ...], ...] | None = None
 
     @property
     def name(self) -> str:
@@ -142,6 +149,8 @@ class Attribute:
             values_f = (lo + hi) / 2
             if col.type == "integer":
                 values_f = np.floor(values_f)
+        elif col.decode == "shape" and self.shape is not None:
+            values_f = _draw_in_shape(col, self.shape, safe, rng)
         elif col.type == "integer":
             values_f = rng.integers(lo.astype(np.int64), hi.astype(np.int64)).astype(np.float64)
         else:
@@ -149,6 +158,30 @@ class Attribute:
         if col.type == "integer":
             return pa.array(values_f.astype(np.int64), mask=nulls)
         return pa.array(values_f, mask=nulls)
+
+
+def integer_starts(edges: np.ndarray) -> np.ndarray:
+    """Per bin, the first integer of each :data:`SUB_BINS` sub-bin, then the bin's end.
+
+    That is ``lo + ceil(j * (hi - lo) / SUB_BINS)`` for j = 0..SUB_BINS.
+    """
+    lo, width = edges[:-1, None], (edges[1:] - edges[:-1])[:, None]
+    j = np.arange(SUB_BINS + 1)[None, :]
+    return (lo + np.ceil(j * width / SUB_BINS)).astype(np.int64)
+
+
+def _draw_in_shape(col: Column, shape: tuple[tuple[float, ...], ...], bins: np.ndarray,
+                   rng: np.random.Generator) -> np.ndarray:
+    """A value per bin code: a sub-bin drawn from the bin's shape, then uniform inside it."""
+    cumulative = np.cumsum(np.asarray(shape, dtype=np.float64), axis=1)[bins]
+    sub = np.minimum((rng.random(len(bins))[:, None] > cumulative).sum(axis=1), SUB_BINS - 1)
+    edges = np.asarray(col.edges, dtype=np.float64)
+    if col.type == "integer":
+        starts = integer_starts(edges)
+        lo, hi = starts[bins, sub], starts[bins, sub + 1]
+        return rng.integers(lo, np.maximum(hi, lo + 1)).astype(np.float64)
+    width = (edges[bins + 1] - edges[bins]) / SUB_BINS
+    return edges[bins] + (sub + rng.random(len(bins))) * width
 
 
 def _take(values: list[Any], codes: np.ndarray, nulls: np.ndarray) -> pa.Array:
@@ -238,6 +271,12 @@ class Domain:
         """Number of cells of the marginal over ``names`` (default: all columns)."""
         chosen = self.names if names is None else tuple(names)
         return math.prod(self[n].size for n in chosen)
+
+    def with_shapes(self, shapes: Mapping[str, Sequence[Sequence[float]]]) -> Domain:
+        """This domain with the measured within-bin ``shapes`` of some columns."""
+        return replace(self, attributes=tuple(
+            replace(a, shape=tuple(tuple(float(p) for p in b) for b in shapes[a.name]))
+            if a.name in shapes else a for a in self.attributes))
 
     def project(self, names: Sequence[str]) -> Domain:
         """The sub-domain of ``names``, in that order."""

@@ -280,6 +280,9 @@ def _column(name: str, raw: dict[str, Any], source: str, where: str) -> Column:
         labels = raw.get("labels")
         if labels is not None and len(labels) != len(values):
             raise _fail(source, where + ".labels", f"give one label per value ({len(values)})")
+        if raw.get("decode") == "shape":
+            raise _fail(source, where + ".decode", "decode: shape is for integer and float "
+                        "columns with bins")
         return Column(name, "categorical", values=values, labels=tuple(labels) if labels else None,
                       decode=raw.get("decode", "label"), nullable=None in values,
                       description=raw.get("description"))
@@ -300,6 +303,8 @@ def _column(name: str, raw: dict[str, Any], source: str, where: str) -> Column:
     decode = raw.get("decode", "uniform")
     if decode == "label" and labels is None:
         raise _fail(source, where + ".decode", "decode: label needs labels: [...]")
+    if decode == "shape" and edges is None:
+        raise _fail(source, where + ".decode", "decode: shape needs bins: WIDTH or [edges]")
     return Column(name, col_type, bounds=(lo, hi), edges=edges,
                   labels=tuple(labels) if labels else None, decode=decode,
                   nullable=raw.get("nullable", False), description=raw.get("description"))

@@ -179,7 +179,8 @@ def dataset_of(store: Store, record: dict[str, Any]) -> Dataset:
 def domain_of(store: Store, record: dict[str, Any]) -> Domain:
     """The domain a release was made with (its columns, under the policy then in force)."""
     domain = Domain.from_dataset(dataset_of(store, record), record["columns"])
-    return replace(domain, public_rows=record["domain"].get("public_rows"))
+    shapes = record.get("within_bin_shapes", {}).get("probabilities", {})
+    return replace(domain.with_shapes(shapes), public_rows=record["domain"].get("public_rows"))
 
 
 def releases(store: Store, *, include_superseded: bool = False) -> list[dict[str, Any]]:

@@ -41,6 +41,7 @@ from dpsql.progress import Progress, silent
 from dpsql.source import bounded_relation
 from dpsql.store import HARDENED_CONFIG, Store, check_identifier, now
 from dpsql.synth import base as synth_base
+from dpsql.synth import shape
 
 if TYPE_CHECKING:
     from dpsql.context import Context
@@ -409,12 +410,21 @@ def synthesize(folder: Path, plan: FitSpec, *, report: Progress) -> None:
 
 def fit_and_sample(source: duckdb.DuckDBPyRelation, plan: FitSpec, report: Progress
                    ) -> Synthetic:
-    """Fit ``plan``'s synthesizer on ``source`` with its budget and seed, then sample."""
+    """Fit ``plan``'s synthesizer on ``source`` with its budget and seed, then sample.
+
+    When the policy asks for within-bin shapes (``decode: shape``) of a DP
+    release that samples rows, :data:`shape.SHARE` of the budget measures them
+    and the synthesizer fits with the rest.
+    """
     rng = np.random.default_rng(plan.seed)
+    shaped = [] if plan.cost.is_zero else shape.shaped(plan.domain)
+    budget, shape_budget = plan.cost.split([1 - shape.SHARE, shape.SHARE]) if shaped \
+        else (plan.cost, None)
     report("fit", 0, None)
     with warnings.catch_warnings():  # reported in the release's own warnings instead
         warnings.simplefilter("ignore", synth_base.SynthesizerWarning)
-        fitted = plan.synth.fit(source, plan.domain, plan.cost, rng, report)
+        fitted = plan.synth.fit(source, plan.domain, budget, rng, report)
+    spent, shapes = fitted.spent, None
     if callable(getattr(fitted, "representation", None)):
         table = fitted.representation()
         rows, copies, output = table.num_rows, 1, "representation"
@@ -423,9 +433,16 @@ def fit_and_sample(source: duckdb.DuckDBPyRelation, plan: FitSpec, report: Progr
         if rows <= 0:
             raise ReleaseError(f"{plan.synth_name} estimated {rows} rows; pass --rows N")
         copies, output = plan.copies, "rows"
-        table = sample_copies(fitted, plan.domain, rows, range(1, copies + 1), rng,
+        domain = plan.domain
+        if shape_budget is not None:
+            shapes = shape.measure(source, domain, shaped, shape_budget)
+            spent = spent.to(shapes.cost.kind) + shapes.cost
+            domain = domain.with_shapes(shapes.probabilities)
+        table = sample_copies(fitted, domain, rows, range(1, copies + 1), rng,
                               with_copy_column=copies > 1, report=report)
     description = provenance.jsonable(dict(fitted.describe()))  # after sampling: diagnostics
+    if shapes is not None:
+        description["within_bin_shapes"] = provenance.jsonable(shapes.describe())
     products = getattr(fitted, "products", None)
     extra = dict(products().items()) if callable(products) else {}
     state = provenance.to_json(fitted.state()) \
@@ -493,7 +510,7 @@ def _record(ctx: Context, plan: _Plan, audit_id: int, spent: PrivacyCost,
     policy, store, ds = ctx.policy, ctx.store, plan.dataset
     delta = policy.delta
     module = type(plan.synth).__module__
-    known = {"parameters", "measurements", "diagnostics"}
+    known = {"parameters", "measurements", "diagnostics", "within_bin_shapes"}
     return provenance.jsonable({
         "format": provenance.FORMAT,
         "release_id": uuid.uuid4().hex[:16],
@@ -513,6 +530,8 @@ def _record(ctx: Context, plan: _Plan, audit_id: int, spent: PrivacyCost,
         "accounting": policy.accounting,
         "cost": {"charged": plan.cost.as_dict(delta), "spent": spent.as_dict(delta)},
         "measurements": description.get("measurements", []),
+        **({"within_bin_shapes": description["within_bin_shapes"]}
+           if "within_bin_shapes" in description else {}),
         "diagnostics": description.get("diagnostics", {}),
         "model": {k: v for k, v in description.items() if k not in known},
         "columns": list(plan.domain.names),
