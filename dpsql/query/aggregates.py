@@ -1,9 +1,12 @@
 """Aggregates of a DP query: what the analyst wrote, and the measures that pay for it.
 
-``COUNT(*)``, ``COUNT(col)``, ``SUM(col)`` and ``AVG(col)``, each optionally with
-``FILTER (WHERE ...)``. A SUM or COUNT is one measure; an AVG is two (a sum
-centred on the bounds' midpoint, and a count). The same aggregate written
-twice, or a measure two aggregates share, is measured once.
+``COUNT(*)``, ``COUNT(col)``, ``SUM(col)``, ``AVG(col)``, ``VAR_POP(col)``,
+``VAR_SAMP(col)`` (``VARIANCE``), ``STDDEV_POP(col)`` and ``STDDEV_SAMP(col)``
+(``STDDEV``), each optionally with ``FILTER (WHERE ...)``. A SUM or COUNT is
+one measure; an AVG is two (a sum centred on the bounds' midpoint, and a
+count); a variance or standard deviation three (the centred sum of squares,
+the centred sum and the count). The same aggregate written twice, or a measure
+two aggregates share (AVG(x) and VAR_POP(x) share two), is measured once.
 """
 
 from __future__ import annotations
@@ -12,9 +15,17 @@ from sqlglot import exp
 
 from dpsql.policy import Column
 from dpsql.query.dialect import describe, reject
-from dpsql.query.model import Aggregate, Measure
+from dpsql.query.model import SPREAD, Aggregate, Measure
 from dpsql.query.predicates import RowChecker, RowScope, sql_type
 
+#: The accepted aggregate functions, by sqlglot node (DuckDB's VARIANCE is VAR_SAMP and
+#: STDDEV is STDDEV_SAMP).
+FUNCS: dict[type, str] = {
+    exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.VariancePop: "var_pop",
+    exp.Variance: "var_samp", exp.StddevPop: "stddev_pop", exp.StddevSamp: "stddev_samp",
+    exp.Stddev: "stddev_samp"}
+ACCEPTED = ("COUNT(*), COUNT(col), SUM(col), AVG(col), VAR_POP(col), VAR_SAMP(col), "
+            "STDDEV_POP(col), STDDEV_SAMP(col)")
 NO_MECHANISM = ("{name} has no differentially private mechanism in dpsql; estimate it from "
                 "a histogram: GROUP BY dp_bin(col, WIDTH) with COUNT(*)")
 
@@ -50,12 +61,12 @@ class Aggregates:
             predicate = self.rows.predicate(where.this if isinstance(where, exp.Where)
                                             else where, "FILTER")
             node = node.this
-        if not isinstance(node, (exp.Count, exp.Sum, exp.Avg)):
+        func = FUNCS.get(type(node))
+        if func is None:
             name = describe(node).replace("function ", "").upper()
             raise reject(self.text, NO_MECHANISM.format(name=name), node,
                          construct=f"aggregate {name}",
-                         advice="accepted aggregates: COUNT(*), COUNT(col), SUM(col), AVG(col)")
-        func = {exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg"}[type(node)]
+                         advice=f"accepted aggregates: {ACCEPTED}")
         arg = node.this
         if isinstance(arg, exp.Distinct):
             raise reject(self.text, f"{func.upper()}(DISTINCT ...) is not supported", node,
@@ -76,6 +87,9 @@ class Aggregates:
         if func == "avg":
             parts = (self._measure(Measure("centered_sum", column, predicate)),
                      self._measure(Measure("count", column, predicate)))
+        elif func in SPREAD:
+            parts = tuple(self._measure(Measure(kind, column, predicate)) for kind in
+                          ("centered_squares", "centered_sum", "count"))  # type: ignore[arg-type]
         else:
             parts = (self._measure(Measure("count" if func == "count" else "sum", column,
                                            predicate)),)

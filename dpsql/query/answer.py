@@ -35,19 +35,21 @@ from dpsql.context import Context
 from dpsql.errors import ConfigurationError, InternalError, QueryCanceled, QueryRejected
 from dpsql.ledger import Ledger
 from dpsql.policy import Dataset, Policy
-from dpsql.privacy import PrivacyCost
+from dpsql.privacy import PrivacyCost, figure
 from dpsql.query import cache, meta
 from dpsql.query.dialect import nested_too_deeply, reject
 from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared
 from dpsql.query.free import FreeDatabase
 from dpsql.query.mechanisms import Noise
-from dpsql.query.model import QueryPlan
+from dpsql.query.model import SPREAD, QueryPlan
 from dpsql.query.options import (
     confidence,
+    nonnegative_counts,
     option_name,
     query_cost,
     reset_option,
     set_option,
+    target_error,
 )
 from dpsql.query.plancache import Entry, plans_of
 from dpsql.query.planner import plan_query
@@ -63,8 +65,15 @@ from dpsql.query.statement import (
     ShowStatement,
     classify,
 )
+from dpsql.query.target import suggest
 
 DEFAULT_CONFIDENCE = 0.95
+#: The measurements of an aggregate made of several, by name, in the plan's order.
+PART_NAMES = {"avg": ("sum", "count"),
+              **{f: ("squares", "sum", "count") for f in SPREAD}}
+SPLIT_NOTES = {"avg": "noisy sum / noisy count; its error depends on the count",
+               **{f: "from the noisy centred sum of squares, centred sum and count, each "
+                  "a third of its cost; its error depends on the count" for f in SPREAD}}
 #: The one reply to any failure after a charge (engine error, bug) and its audit
 #: reason: whether a query fails must not depend on the rows (the SQL is total), and what
 #: the analyst reads then does not either. The cause goes to the log only.
@@ -84,6 +93,9 @@ class Answer:
     served from the cache. ``columns``: per output column, how it was computed
     (mechanism, scale, expected error, cost share). ``notice``: one line for
     the analyst (cost in both units, budget left). ``status``: the command tag.
+    ``noise_dominated``: per aggregate column, whether each row's value is
+    mostly noise (:func:`dpsql.query.post.dominated`); ``warning``: one line
+    saying so when any is (the wire server sends it as a second notice).
     """
 
     table: pa.Table
@@ -97,6 +109,8 @@ class Answer:
     status: str = ""
     audit_id: int | None = None
     options: Mapping[str, Any] | None = None  # the session's new options after SET/RESET
+    noise_dominated: Mapping[str, list[bool]] = field(default_factory=dict)
+    warning: str | None = None
 
     def to_pandas(self) -> Any:
         """The rows as a pandas DataFrame."""
@@ -108,7 +122,8 @@ class Answer:
             "kind": self.kind, "status": self.status, "dataset": self.dataset,
             "cost": self.cost.as_dict(delta),
             "remaining": self.remaining.as_dict(delta) if self.remaining else None,
-            "cached": self.cached, "notice": self.notice,
+            "cached": self.cached, "notice": self.notice, "warning": self.warning,
+            "noise_dominated": dict(self.noise_dominated),
             "columns": dict(self.columns), "rows": self.table.to_pylist(),
         }
 
@@ -428,11 +443,26 @@ def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,
 def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
             noisy: list[np.ndarray], cost: PrivacyCost, remaining: PrivacyCost, notice: str,
             cached: bool, audit_id: int) -> Answer:
-    level = confidence(call.ctx.options)
-    table = answer_table(plan, base_table(plan, noisy, noises, level), level)
+    options = call.ctx.options
+    level = confidence(options)
+    judged = level or DEFAULT_CONFIDENCE
+    base = base_table(plan, noisy, noises, level, judged, nonnegative_counts(options))
+    table, flags = answer_table(plan, base, level)
     columns = _Described(plan, noises, call.policy.delta, level)
     return Answer(table, "dp", cost, remaining, plan.dataset.name, cached, columns, notice,
-                  f"SELECT {table.num_rows}", audit_id)
+                  f"SELECT {table.num_rows}", audit_id, noise_dominated=flags,
+                  warning=noise_warning(flags, table.num_rows, judged))
+
+
+def noise_warning(flags: Mapping[str, list[bool]], rows: int, level: float) -> str | None:
+    """The line that says which columns hold values that are mostly noise, or None."""
+    found = [f"{name} in {sum(f)} of {rows} row(s)" for name, f in flags.items() if any(f)]
+    if not found:
+        return None
+    return (f"dpsql: mostly noise at {level:g} confidence: {', '.join(found)} (a negative "
+            "count, or an interval wider than the value; see noise_dominated); raise epsilon "
+            "or group more coarsely (SET dpsql.target_error, then EXPLAIN PRIVACY, suggests "
+            "an epsilon)")
 
 
 class _Described(Mapping[str, dict[str, Any]]):
@@ -477,12 +507,12 @@ def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
             agg = plan.aggregates[output.aggregate]
             parts = [noises[m] for m in agg.measures]
             entry: dict[str, Any] = {"kind": "aggregate", "aggregate": agg.label}
-            if agg.func == "avg":
-                total = parts[0].cost + parts[1].cost
+            if len(parts) > 1:
+                total = sum((p.cost for p in parts[1:]), parts[0].cost)
                 entry.update(mechanism=parts[0].mechanism, cost=total.as_dict(delta),
-                             sum=parts[0].describe(delta, level),
-                             count=parts[1].describe(delta, level),
-                             note="noisy sum / noisy count; its error depends on the count")
+                             note=SPLIT_NOTES[agg.func])
+                entry.update({name: n.describe(delta, level)
+                              for name, n in zip(PART_NAMES[agg.func], parts, strict=True)})
             else:
                 entry.update(parts[0].describe(delta, level))
             info[output.name] = entry
@@ -491,6 +521,18 @@ def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
                            for c in output.expr.find_all(exp.Column) if c.name.startswith("_a")})
             info[output.name] = {"kind": "post-processing", "uses": used}
     return info
+
+
+def _suggestion(suggested: list[PrivacyCost | None], target: float, level: float,
+                delta: float | None) -> str:
+    """The notice's sentence on the cost that meets ``dpsql.target_error``."""
+    head = f"for every interval at {level:g} within {target:g}"
+    if any(c is None for c in suggested):
+        return f"{head}: no cost reaches it for some measurement (see suggested_cost)"
+    need = max(suggested, key=lambda c: c.value)
+    unit = "epsilon" if need.kind == "pure" else "rho"
+    return (f"{head}: SET dpsql.{unit} = {figure(need.value, 'up')} "
+            f"({meta.both_units(need, delta)})")
 
 
 def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
@@ -503,8 +545,11 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
     rows: dict[str, list[Any]] = {k: [] for k in (
         "column", "aggregate", "mechanism", "cost", "scale", "std", "ci_halfwidth",
         "confidence")}
+    target = target_error(call.ctx.options)
+    suggested = suggest(plan, policy.accounting, prepared.sql, level, target) \
+        if target is not None else None
     for j, agg in enumerate(plan.aggregates):
-        parts = ("sum", "count") if agg.func == "avg" else ("",)
+        parts = PART_NAMES.get(agg.func, ("",))
         for m, part in zip(agg.measures, parts, strict=True):
             noise_ = prepared.noises[m]
             names = [o.name for o in plan.outputs if o.aggregate == j]
@@ -516,7 +561,12 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
             rows["std"].append(noise_.std())
             rows["ci_halfwidth"].append(noise_.halfwidth(level))
             rows["confidence"].append(level)
-    table = pa.table({k: pa.array(v) for k, v in rows.items()})
+            if suggested is not None:
+                found = suggested[m]
+                rows.setdefault("suggested_cost", []).append(
+                    None if found is None else meta.both_units(found, policy.delta))
+    table = pa.table({k: pa.array(v, pa.string() if k == "suggested_cost" else None)
+                      for k, v in rows.items()})
     cached = cache.lookup(call.ctx.store, prepared.key) is not None
     remaining = call.ledger.budget(call.user, plan.dataset.name).remaining
     would = "nothing (a repeat: answered from the cache)" if cached else \
@@ -524,6 +574,8 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
     notice = (f"dpsql: {plan.dataset.name}: this query would cost {would}; split equally "
               f"over {len(plan.measures)} measurement(s); {plan.cells} public group(s); "
               f"remaining {meta.both_units(remaining, policy.delta, 'down')}")
+    if suggested is not None:
+        notice += "; " + _suggestion(suggested, target, level, policy.delta)
     audit = call.ledger.record(call.user, plan.dataset.name, text, "explained",
                                action="explain")
     return Answer(table, "explain", call.zero, remaining, plan.dataset.name, cached, info,

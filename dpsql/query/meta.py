@@ -96,6 +96,10 @@ def _default(ctx: Context, name: str) -> str:
         return "" if policy.delta is None else f"{policy.delta:g}"
     if name == "ci":
         return "off" if confidence(ctx.options) is None else ""
+    if name == "nonnegative_counts":
+        return "off"
+    if name == "target_error":
+        return "unset"
     if name in ("epsilon", "rho"):
         if "rho" in ctx.options or "epsilon" in ctx.options:
             return ""

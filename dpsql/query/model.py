@@ -27,8 +27,10 @@ from sqlglot.optimizer.simplify import simplify_parens
 from dpsql.policy import Dataset
 
 KeyMode = Literal["value", "policy_bins", "width"]
-MeasureKind = Literal["count", "sum", "centered_sum"]
-AggregateFunc = Literal["count", "sum", "avg"]
+MeasureKind = Literal["count", "sum", "centered_sum", "centered_squares"]
+AggregateFunc = Literal["count", "sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"]
+#: The aggregates of the spread family: one function of three measures (see :class:`Aggregate`).
+SPREAD = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
 
 @dataclass(frozen=True)
@@ -59,10 +61,12 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class Measure:
-    """A noisy vector over all cells: a count, a clamped sum, or a centred sum (for AVG).
+    """A noisy vector over all cells: a count, a clamped sum, a centred sum or centred squares.
 
-    The centred sum adds ``value - midpoint of the bounds``; ``column`` None is
-    COUNT(*); ``filter`` is a FILTER row predicate.
+    The centred sum adds ``value - midpoint of the bounds`` (for AVG and the
+    spread family), the centred squares ``(value - midpoint)**2`` (for the
+    spread family); ``column`` None is COUNT(*); ``filter`` is a FILTER row
+    predicate.
     """
 
     kind: MeasureKind
@@ -83,7 +87,11 @@ class Measure:
 
 @dataclass(frozen=True)
 class Aggregate:
-    """An aggregate the analyst wrote, computed from ``measures`` (indexes into the plan's)."""
+    """An aggregate the analyst wrote, computed from ``measures`` (indexes into the plan's).
+
+    COUNT and SUM use one measure; AVG two (centred sum, count); VAR_POP,
+    VAR_SAMP, STDDEV_POP and STDDEV_SAMP three (centred squares, centred sum, count).
+    """
 
     func: AggregateFunc
     column: str | None

@@ -35,7 +35,12 @@ OPTIONS: dict[str, Option] = {
                   "clears dpsql.epsilon"),
     "ci": Option("ci", "confidence level of the intervals added as <column>_ci_low/_ci_high "
                  "(e.g. 0.95), or off"),
+    "nonnegative_counts": Option("nonnegative_counts", "on: report negative noisy counts (and "
+                                 "their interval bounds) as 0; off (default): unbiased counts"),
+    "target_error": Option("target_error", "EXPLAIN PRIVACY suggests the cost at which each "
+                           "measurement's interval half-width is at most this (its own units)"),
 }
+_ON = {"on", "true", "1", "yes"}
 _OFF = {"off", "none", "false", "0", "default", ""}
 
 
@@ -64,6 +69,16 @@ def read_value(name: str, raw: str) -> str | None:
         return None
     if value.lower() == "default":
         return None
+    if name == "nonnegative_counts":
+        if value.lower() not in _ON | _OFF:
+            raise ConfigurationError(f"dpsql.nonnegative_counts is on or off, got {value}")
+        return "on" if value.lower() in _ON else None
+    if name == "target_error":
+        error = _number(value, "dpsql.target_error")
+        if not (0 < error < float("inf")):
+            raise ConfigurationError(f"dpsql.target_error must be a positive number such as 10, "
+                                     f"got {value}")
+        return value
     if name == "ci":
         level = _number(value, "dpsql.ci")
         if not 0 < level < 1:
@@ -107,6 +122,17 @@ def reset_option(options: MutableMapping[str, Any], name: str) -> None:
 def confidence(options: Mapping[str, Any]) -> float | None:
     """The confidence level of ``dpsql.ci``, or None when intervals are off."""
     value = options.get("ci")
+    return None if value is None else float(value)
+
+
+def nonnegative_counts(options: Mapping[str, Any]) -> bool:
+    """Whether ``dpsql.nonnegative_counts`` is on."""
+    return options.get("nonnegative_counts") == "on"
+
+
+def target_error(options: Mapping[str, Any]) -> float | None:
+    """The ``dpsql.target_error`` EXPLAIN PRIVACY suggests a cost for, if set."""
+    value = options.get("target_error")
     return None if value is None else float(value)
 
 

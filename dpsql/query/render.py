@@ -157,11 +157,32 @@ def fixed_point(measure: Measure, col: Column | None, ctx: Context) -> tuple[int
         fp = FixedPoint.for_bound(bound, ctx.units)
         return fp.exponent, fp.sensitivity_units(bound)
     half = Fraction(hi - lo) / 2
+    if measure.kind == "centered_squares":
+        return _squares_point(col, half, ctx)
     if _integer_column(col, ctx):
         exponent = 0 if (int(lo) + int(hi)) % 2 == 0 else -1
         return exponent, math.ceil(half / Fraction(2) ** exponent)
     fp = FixedPoint.for_bound(float(half), ctx.units)
     return fp.exponent, fp.sensitivity_units(float(half))
+
+
+def _squares_point(col: Column, half: Fraction, ctx: Context) -> tuple[int, int]:
+    """(grid exponent, largest grid units one row adds) for ``(value - midpoint)**2``.
+
+    Integer columns whose range squared fits BIGINT square exactly: ``(x - mid)**2``
+    when the midpoint is an integer, else ``(2x - lo - hi)**2`` in quarter units.
+    """
+    if _exact_squares(col, ctx):
+        exponent = 0 if half == int(half) else -2
+        return exponent, int(half * half / Fraction(2) ** exponent)
+    fp = FixedPoint.for_bound(float(half * half), ctx.units)
+    return fp.exponent, fp.sensitivity_units(float(half * half))
+
+
+def _exact_squares(col: Column, ctx: Context) -> bool:
+    """An integer column whose squared range stays below 2**60 (no BIGINT overflow per row)."""
+    lo, hi = bounds_of(col)  # type: ignore[misc]
+    return _integer_column(col, ctx) and hi - lo <= 2**30
 
 
 def midpoint(col: Column) -> Fraction:
@@ -173,6 +194,8 @@ def _units(measure: Measure, col: Column, ctx: Context) -> str:
     """SQL for one row's value in grid units (BIGINT, NULL for NULL)."""
     exponent, _ = fixed_point(measure, col, ctx)
     value = _clamped(col, ctx)
+    if measure.kind == "centered_squares":
+        return _squares_units(col, exponent, value, ctx)
     if measure.kind == "centered_sum":
         twice_mid = int(midpoint(col) * 2) if _integer_column(col, ctx) else None
         wide = f"CAST({value} AS BIGINT)"  # no INT32 overflow, whatever the row holds
@@ -185,6 +208,24 @@ def _units(measure: Measure, col: Column, ctx: Context) -> str:
         return value
     scale = sql_literal(float(Fraction(2) ** -exponent))
     return f"CAST(round({value} * {scale}) AS BIGINT)"
+
+
+def _squares_units(col: Column, exponent: int, value: str, ctx: Context) -> str:
+    """SQL for one row's ``(value - midpoint)**2`` in grid units (BIGINT, never raising).
+
+    Exact in BIGINT for small integer ranges; otherwise squared in DOUBLE (the
+    clamped value's distance to the midpoint is at most half the range, so the
+    rounded grid units fit BIGINT).
+    """
+    if _exact_squares(col, ctx):
+        twice_mid = int(midpoint(col) * 2)
+        wide = f"CAST({value} AS BIGINT)"
+        diff = f"(2 * {wide} - {twice_mid})" if exponent == -2 else \
+            f"({wide} - {twice_mid // 2})"
+        return f"({diff} * {diff})"
+    diff = f"(CAST({value} AS DOUBLE) - {sql_literal(float(midpoint(col)))})"
+    scale = sql_literal(float(Fraction(2) ** -exponent))
+    return f"CAST(round({diff} * {diff} * {scale}) AS BIGINT)"
 
 
 # -- passes ---------------------------------------------------------------------------
@@ -293,14 +334,21 @@ def calibrate(plan: QueryPlan, cost: PrivacyCost, accounting: Kind,
               ctx: Context) -> tuple[Noise, ...]:
     """The noise of each measure, with ``cost`` split equally among the measures."""
     shares = cost.split([1] * len(plan.measures))
-    out = []
-    for measure, share in zip(plan.measures, shares, strict=True):
-        col = plan.dataset.column(measure.column) if measure.column else None
-        exponent, per_row = fixed_point(measure, col, ctx)
-        sensitivity = plan.dataset.max_rows * per_row
-        what = f"{measure.kind}({measure.column or '*'})"
-        out.append(Noise.calibrate(accounting, sensitivity, exponent, share, what))
-    return tuple(out)
+    return tuple(calibrate_measure(plan, measure, share, accounting, ctx)
+                 for measure, share in zip(plan.measures, shares, strict=True))
+
+
+def calibrate_measure(plan: QueryPlan, measure: Measure, share: PrivacyCost, accounting: Kind,
+                      ctx: Context) -> Noise:
+    """The noise of one measure of ``plan`` given its ``share`` of the query's cost.
+
+    Privacy: sensitivity ``max_rows`` times what one row adds (:func:`fixed_point`).
+    """
+    col = plan.dataset.column(measure.column) if measure.column else None
+    exponent, per_row = fixed_point(measure, col, ctx)
+    sensitivity = plan.dataset.max_rows * per_row
+    what = f"{measure.kind}({measure.column or '*'})"
+    return Noise.calibrate(accounting, sensitivity, exponent, share, what)
 
 
 # -- expand_public_keys -----------------------------------------------------------------
