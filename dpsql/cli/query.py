@@ -77,6 +77,8 @@ def show(answer: Any, delta: float | None, fmt: str = "table") -> None:
         click.echo(text)
     if answer.notice:
         click.echo(answer.notice, err=True)
+        if answer.warning:
+            click.echo(answer.warning, err=True)
     elif answer.kind == "set":
         click.echo(answer.status, err=True)
 

@@ -1,6 +1,7 @@
 """Analyst SELECT (sqlglot AST) -> QueryPlan, over an allowlist of constructs.
 
-Accepted: ``COUNT(*)``, ``COUNT(col)``, ``SUM(col)``, ``AVG(col)`` (optionally
+Accepted: ``COUNT(*)``, ``COUNT(col)``, ``SUM(col)``, ``AVG(col)``, the
+variances and standard deviations (:mod:`dpsql.query.aggregates`; optionally
 with ``FILTER (WHERE ...)``) and arithmetic on them; GROUP BY public keys
 (:mod:`dpsql.query.keys`); WHERE row predicates (:mod:`dpsql.query.predicates`);
 HAVING, ORDER BY, LIMIT and OFFSET as post-processing; GoogleSQL's
@@ -67,7 +68,8 @@ class _PostChecker(RowChecker):
     """Expressions of SELECT, HAVING and ORDER BY: keys, aggregates, literals, arithmetic."""
 
     context = "SELECT, HAVING and ORDER BY"
-    advice = ("select GROUP BY keys, aggregates (COUNT, SUM, AVG) and arithmetic on them; "
+    advice = ("select GROUP BY keys, aggregates (COUNT, SUM, AVG, VAR_POP, STDDEV_POP, ...) "
+              "and arithmetic on them; "
               "see docs/sql.md")
 
     def __init__(self, planner: _Planner, aliases: Mapping[str, tuple[exp.Expr, Type]]) -> None:

@@ -65,6 +65,7 @@ class CallAnswer:
     table: pa.Table | None
     notice: str | None
     status: str = "CALL"
+    warning: str | None = None
 
 
 def handler(session: Session) -> StatementHandler:

@@ -94,6 +94,10 @@ class AnswerLike(Protocol):
     def notice(self) -> str | None:
         """A line for the analyst after the answer (its cost, the budget left)."""
 
+    @property
+    def warning(self) -> str | None:
+        """A second line when some values are mostly noise (DP answers only)."""
+
 
 StatementHandler = Callable[[str], AnswerLike]
 
@@ -461,7 +465,8 @@ class Router:
         except DPSQLError as err:
             raise _dpsql_error(err, text) from err
         table = answer.table if answer.table is not None and answer.table.num_columns else None
-        notices = [("NOTICE", "00000", answer.notice)] if answer.notice else []
+        notices = [("NOTICE", "00000", text) for text in
+                   (answer.notice, answer.warning) if text]
         return Outcome(table, answer.status, notices)
 
 

@@ -44,6 +44,16 @@ ADULT_CASES = [
     ("filter", "SELECT COUNT(*) FILTER (WHERE sex = 1), SUM(age) FILTER (WHERE race = 0) "
      "FROM adult", "SELECT COUNT(*) FILTER (WHERE sex = 1), SUM(age) FILTER (WHERE race = 0) "
      "FROM adult", 0),
+    ("spread", "SELECT VAR_POP(age), VAR_SAMP(age), STDDEV_POP(age), STDDEV_SAMP(age) "
+     "FROM adult", "SELECT VAR_POP(age), VAR_SAMP(age), STDDEV_POP(age), STDDEV_SAMP(age) "
+     "FROM adult", 0),
+    ("spread_aliases_odd_midpoint", "SELECT VARIANCE(capital_gain), STDDEV(capital_gain), "
+     "AVG(capital_gain) FROM adult", "SELECT VARIANCE(capital_gain), STDDEV(capital_gain), "
+     "AVG(capital_gain) FROM adult", 0),
+    ("spread_grouped_filter", "SELECT education_num, VAR_SAMP(hours_per_week) FILTER (WHERE "
+     "sex = 1), STDDEV_POP(age) FROM adult GROUP BY 1", "SELECT education_num, "
+     "VAR_SAMP(hours_per_week) FILTER (WHERE sex = 1), STDDEV_POP(age) FROM adult GROUP BY 1",
+     1),
     ("group_categorical", "SELECT race, COUNT(*), SUM(capital_loss), AVG(age) FROM adult "
      "GROUP BY race", "SELECT race, COUNT(*), SUM(capital_loss), AVG(age) FROM adult "
      "GROUP BY race", 1),
@@ -106,6 +116,9 @@ ACS_CASES = [
      "SELECT sex, SUM(pincp), AVG(pincp), COUNT(pincp) FROM acs GROUP BY sex", 1),
     ("is_null_ilike", "SELECT COUNT(*) FROM acs WHERE indp IS NULL AND puma ILIKE '%01%'",
      "SELECT COUNT(*) FROM acs WHERE indp IS NULL AND puma ILIKE '%01%'", 0),
+    ("float_spread", "SELECT sex, VAR_POP(pincp), STDDEV_SAMP(density), VAR_SAMP(povpip) "
+     "FROM acs GROUP BY sex", "SELECT sex, VAR_POP(pincp), STDDEV_SAMP(density), "
+     "VAR_SAMP(povpip) FROM acs GROUP BY sex", 1),
     ("float_bins", "SELECT dp_bin(density, 5000), AVG(density) FROM acs GROUP BY 1",
      "SELECT dp_bin(density, 5000), AVG(density) FROM acs GROUP BY 1", 1),
     ("string_functions", "SELECT COUNT(*) FROM acs WHERE lower(puma) = '01-01301' OR "
@@ -123,8 +136,8 @@ def close(a: Any, b: Any) -> bool:
 
 
 def empty_value(label: str) -> Any:
-    """What a public group with no rows answers: 0 for COUNT and SUM, NULL for AVG."""
-    return None if label.startswith("avg") else 0
+    """What a public group with no rows answers: 0 for COUNT and SUM, NULL for the others."""
+    return 0 if label.startswith(("count", "sum")) else None
 
 
 def check_grouped(session: Session, dp_sql: str, ref_sql: str, keys: int) -> None:
