@@ -116,7 +116,9 @@ class Secrets:
                          .fetchall()]
             stats = con.execute("SELECT count(*), count(DISTINCT note), min(income), max(income), "
                             "sum(income), avg(income), sum(age), avg(age), sum(fnlwgt), "
-                            "count(DISTINCT fnlwgt), count(DISTINCT income) FROM main.adult"
+                            "count(DISTINCT fnlwgt), count(DISTINCT income), var_pop(income), "
+                            "var_samp(income), stddev_pop(income), stddev_samp(income), "
+                            "var_pop(least(income, 1000000)) FROM main.adult"
                             ).fetchone()
         finally:
             con.close()
@@ -256,6 +258,9 @@ SHAPES = (
     "SELECT * FROM released.adult_syn, query_table('{t}')",
     "SELECT * FROM released.adult_syn r CROSS JOIN LATERAL query('FROM {t}')",
     "SELECT max(income) FROM {t}", "SELECT * FROM {t} LIMIT 5",
+    "SELECT var_pop(income), stddev_samp(age) FROM {t}",
+    "SELECT label, variance(income), stddev(income) FILTER (WHERE income > 7e6) FROM {t} "
+    "GROUP BY label", "SELECT var_samp(fnlwgt) FROM {t}",
     "SELECT {t}.* FROM released.adult_syn, {t}",
 )
 VIEWS = ("information_schema.tables", "information_schema.columns",

@@ -84,12 +84,14 @@ def aggregate(draw: st.DrawFn) -> str:
     num = draw(st.sampled_from(NUMERIC))
     if kind <= 2 or kind > 9:
         text = draw(st.sampled_from(["COUNT(*)", f"COUNT({draw(column)})", f"SUM({num})",
-                                     f"AVG({num})", "COUNT(1)"]))
+                                     f"AVG({num})", "COUNT(1)", f"VAR_POP({num})",
+                                     f"STDDEV_SAMP({num})", f"VARIANCE({draw(column)})"]))
     elif kind == 3:
         text = f"SUM({draw(column)})"
     elif kind == 4 and draw(st.integers(0, 3)) == 2:
         text = draw(st.sampled_from([f"MIN({num})", f"MAX({num})", f"COUNT(DISTINCT {num})",
-                                     f"MEDIAN({num})", "COUNT(*) OVER ()", f"SUM({num} * 2)"]))
+                                     f"MEDIAN({num})", "COUNT(*) OVER ()", f"SUM({num} * 2)",
+                                     f"STDDEV(DISTINCT {num})", f"VAR_SAMP({num} + 1)"]))
     elif kind == 5:
         text = f"COUNT(*) FILTER (WHERE {draw(predicate())})"
     elif kind == 6:

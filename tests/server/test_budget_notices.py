@@ -46,3 +46,15 @@ def test_dp_and_budget_notices_use_the_same_units_and_wording(served):
         f"dpsql: adult: charged rho=0.0003211 (epsilon=0.1 at delta=1e-06); remaining {left}",
         f"dpsql: {WHY_RHO}",
     ]
+
+
+def test_an_answer_that_is_mostly_noise_gets_a_second_notice(served):
+    """A true count of 0 lies inside its 1 - 1e-6 interval except with probability 1e-6."""
+    with psycopg.connect(served.dsn("alice"), autocommit=True) as conn:
+        notices: list[str] = []
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        conn.execute("SET dpsql.ci = 0.999999")
+        conn.execute("SELECT COUNT(*) AS n FROM adult WHERE age > 500").fetchall()
+    assert len(notices) == 2
+    assert notices[0].startswith("dpsql: adult: charged")
+    assert notices[1].startswith("dpsql: mostly noise at 0.999999 confidence: n in 1 of 1 row(s)")
