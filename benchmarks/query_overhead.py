@@ -46,6 +46,8 @@ QUERIES = {
     "sum with BETWEEN": "SELECT SUM(capital_gain) FROM adult WHERE age BETWEEN 20 AND 40",
     "avg with BETWEEN": "SELECT AVG(hours_per_week) FROM adult WHERE age BETWEEN 20 AND 40",
     "avg by dp_bin": "SELECT dp_bin(age, 10) AS a, AVG(hours_per_week) FROM adult GROUP BY a",
+    "variance by sex": "SELECT sex, VAR_POP(age), STDDEV_SAMP(capital_gain) FROM adult "
+                       "GROUP BY sex",
 }
 PLAIN = {"avg by dp_bin": "SELECT 10 * floor(age / 10) AS a, AVG(hours_per_week) FROM adult "
                           "GROUP BY a"}
