@@ -531,7 +531,8 @@ def _suggestion(suggested: list[PrivacyCost | None], target: float, level: float
         return f"{head}: no cost reaches it for some measurement (see suggested_cost)"
     need = max(suggested, key=lambda c: c.value)
     unit = "epsilon" if need.kind == "pure" else "rho"
-    at = f" ({need.describe(delta)})" if need.kind == "zcdp" and delta else ""
+    at = f" (epsilon={figure(need.epsilon(delta), 'up')} at delta={delta:g})" \
+        if need.kind == "zcdp" and delta else ""
     return f"{head}: SET dpsql.{unit} = {figure(need.value, 'up')}{at}"
 
 

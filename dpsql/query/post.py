@@ -34,8 +34,13 @@ Value: TypeAlias = Any  # a pyarrow Array, ChunkedArray or Scalar
 
 
 def _sum_values(units: np.ndarray, noise_: Noise) -> np.ndarray:
-    if noise_.exponent >= 0:
-        return units * (2**noise_.exponent)
+    """Grid units in the answer's units: exact integers on a unit grid, else DOUBLE.
+
+    A coarser grid (a sum of squares of a wide column: 2**23 per unit) in DOUBLE
+    too, where int64 would overflow silently.
+    """
+    if noise_.exponent == 0:
+        return units
     return np.ldexp(units.astype(np.float64), noise_.exponent)
 
 

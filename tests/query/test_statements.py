@@ -54,7 +54,8 @@ def test_set_show_reset(adult: Session) -> None:
     assert adult.sql("RESET ALL").status == "RESET"
     assert adult.options == {}
     names = adult.sql("SHOW ALL").table.column("name").to_pylist()
-    assert names == ["dpsql.epsilon", "dpsql.delta", "dpsql.rho", "dpsql.ci"]
+    assert names == ["dpsql.epsilon", "dpsql.delta", "dpsql.rho", "dpsql.ci",
+                     "dpsql.nonnegative_counts", "dpsql.target_error"]
 
 
 def test_budget_statements_agree(adult: Session) -> None:

@@ -38,6 +38,7 @@ QUERIES = [
     "SELECT COUNT(*) FROM t WHERE {c} + 0.5 > 1 OR -{c} < 0.25",
     "SELECT COUNT(*) FROM t WHERE {c} >= 99999999999999999999999.0",
     "SELECT SUM({c}), AVG({c}), COUNT({c}) FROM t",
+    "SELECT VAR_POP({c}), STDDEV_SAMP({c}) FILTER (WHERE {c} > 0.5) FROM t",
     "SELECT dp_bin({c}), COUNT(*) FROM t GROUP BY dp_bin({c})",
     "SELECT dp_bin({c}, 100), SUM({c}) FROM t GROUP BY 1",
     "SELECT name, SUM({c}) FROM t WHERE name = 'rich' AND {c} < 5.5 GROUP BY name",
