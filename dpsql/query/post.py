@@ -86,8 +86,11 @@ def noise_flags(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Noise, .
     the half-widths decide first; only an aggregate flagged by them is checked
     again with the exact half-widths (a wider interval flags at least as much).
     """
-    out = {}
+    out: dict[str, pa.Array] = {}
     for j, agg in enumerate(plan.aggregates):
+        if not any(noises[m].noisy for m in agg.measures):  # exact: nothing is noise
+            out[f"_a{j}_noise"] = pa.array(np.zeros(plan.cells, dtype=bool))
+            continue
         flags = dominated(plan, agg, *estimate(plan, agg, noisy, noises, level, cheap_width))
         if flags.any():
             flags = dominated(plan, agg, *estimate(plan, agg, noisy, noises, level, exact_width))
@@ -115,7 +118,8 @@ def dominated(plan: QueryPlan, agg: Aggregate, value: np.ndarray, low: np.ndarra
     lo, hi = bounds_of(plan.dataset.column(agg.column or ""))  # type: ignore[misc]
     span = {"avg": hi - lo, "stddev_pop": (hi - lo) / 2, "stddev_samp": (hi - lo) / 2}.get(
         agg.func, ((hi - lo) / 2) ** 2)
-    return undefined | (np.where(undefined, 0.0, half) >= span / 4)
+    half = np.where(undefined, 0.0, half)
+    return undefined | ((half >= span / 4) & (half > 0))
 
 
 def estimate(plan: QueryPlan, agg: Aggregate, noisy: list[np.ndarray],

@@ -134,3 +134,11 @@ def test_the_cli_prints_the_noise_line(build: Callable[..., Path]) -> None:
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "dpsql: mostly noise at 0.999999 confidence: n in 1 of 1 row(s)" in done.stderr
+
+
+def test_without_noise_nothing_is_flagged(exact_adult: Session) -> None:
+    """An unbounded budget adds no noise: an empty group's NULL average is not noise."""
+    answer = exact_adult.sql("SELECT AVG(age) AS a, COUNT(*) AS n FROM adult WHERE age > 500")
+    assert answer.table.to_pylist() == [{"a": None, "n": 0}]
+    assert answer.noise_dominated == {"a": [False], "n": [False]}
+    assert answer.warning is None
