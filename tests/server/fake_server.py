@@ -26,6 +26,7 @@ class FakeAnswer:
     table: pa.Table
     status: str
     notice: str | None = None
+    warning: str | None = None
 
 
 ERRORS = {cls.__name__.lower(): cls for cls in (

@@ -21,6 +21,7 @@ class Reply:
     table: pa.Table
     status: str
     notice: str | None = None
+    warning: str | None = None
 
 
 class FakeHandler:
