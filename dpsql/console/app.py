@@ -9,6 +9,7 @@ itself records.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import secrets
@@ -38,15 +39,19 @@ from dpsql.store import Store
 
 log = logging.getLogger("dpsql.console")
 MAX_FORM = 64 * 1024
+READ_TIMEOUT = 10.0  # seconds a connection may stay silent before it is closed
+MAX_CONNECTIONS = 32  # connections served at once (a thread each); more are turned away
 HEADERS = {
     "Content-Type": "text/html; charset=utf-8",
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # (no-referrer would make our own forms' Origin null)
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
                                "img-src data:; form-action 'self'; frame-ancestors 'none'",
 }
+ELSEWHERE = pages.layout("Refused", "", error="a page of another site or port asked for this; "
+                         "open the console from its own address")
 _RELEASE = re.compile(r"^/releases/([^/]+)(/report)?$")
 _CANCEL = re.compile(r"^/jobs/(\d+)/cancel$")
 
@@ -62,8 +67,7 @@ class Console:
         self.logins = Logins()
         self.backoff = LoginBackoff()
         self.login_lock = threading.Lock()  # LoginBackoff is not thread-safe; requests are
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(self))
-        self.httpd.daemon_threads = True
+        self.httpd = _Server(("127.0.0.1", port), _handler(self))
         self.port = int(self.httpd.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}/"
 
@@ -104,11 +108,41 @@ def run_command(session: Session, args: list[str]) -> str:
     return "\n".join([*(str(x) for x in lines), answer.notice or ""]).strip()
 
 
+class _Server(ThreadingHTTPServer):
+    """A thread per connection, at most ``MAX_CONNECTIONS`` of them.
+
+    Idle or slow sockets would otherwise hold a thread each without end, until the
+    process (the SQL server's too) could start no more; those beyond the limit are
+    answered 503 and closed.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
     class Handler(_Handler):
         pass
 
     Handler.console = console
+    Handler.timeout = READ_TIMEOUT  # per read: a silent client is dropped, not waited for
     return Handler
 
 
@@ -144,14 +178,27 @@ class _Handler(BaseHTTPRequestHandler):
         port = self.console.port
         return self.headers.get("Host", "") in (f"127.0.0.1:{port}", f"localhost:{port}")
 
+    def _from_elsewhere(self) -> bool:
+        """Whether a browser sent this for a page of another origin.
+
+        Cookies are not kept per port, so SameSite=Strict still sends ours with the
+        requests of a page on another port of 127.0.0.1 (the same site).
+        """
+        origin = self.headers.get("Origin")
+        return (self.headers.get("Sec-Fetch-Site") in ("same-site", "cross-site")
+                or (origin is not None and origin != f"http://{self.headers['Host']}"))
+
     def _token(self) -> str | None:
         return cookie(self.headers.get("Cookie"), COOKIE)
 
-    def _form(self) -> dict[str, str] | None:
-        size = int(self.headers.get("Content-Length") or 0)
-        if size > MAX_FORM:
-            return None
-        return dict(parse_qsl(self.rfile.read(size).decode("utf-8", "replace")))
+    def _form(self) -> dict[str, str] | int:
+        """The posted form, or the status refusing it (400: bad length, 413: too long)."""
+        length = self.headers.get("Content-Length") or "0"
+        if not (length.isascii() and length.isdigit()):  # "-1" would read to the end
+            return 400
+        if int(length) > MAX_FORM:
+            return 413
+        return dict(parse_qsl(self.rfile.read(int(length)).decode("utf-8", "replace")))
 
     # -- requests -----------------------------------------------------------------------------
     def do_GET(self) -> None:
@@ -159,6 +206,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._local():
             return self._send(421, "wrong Host header")
         url = urlsplit(self.path)
+        if url.path != "/login" and self._from_elsewhere():
+            return self._send(403, ELSEWHERE)
         if url.path == "/login":
             token = secrets.token_urlsafe(32)
             return self._send(200, pages.login_page(token),
@@ -195,9 +244,11 @@ class _Handler(BaseHTTPRequestHandler):
         """Log in, log out and the actions; each form must carry its CSRF token."""
         if not self._local():
             return self._send(421, "wrong Host header")
+        if self._from_elsewhere():
+            return self._send(403, ELSEWHERE)
         form = self._form()
-        if form is None:
-            return self._send(413, "form too large")
+        if isinstance(form, int):
+            return self._send(form, "bad Content-Length" if form == 400 else "form too large")
         path = urlsplit(self.path).path
         if path == "/login":
             return self._log_in(form)

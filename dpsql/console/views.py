@@ -94,7 +94,7 @@ def releases(session: Session, csrf: str) -> str:
     rows = []
     for r in releases(session.store, include_superseded=True):
         rec, name = r["record"], r["name"]
-        link = name if r["superseded_by"] else \
+        link = escape(name) if r["superseded_by"] else \
             f'<a href="/releases/{quote(name)}">{escape(name)}</a>'
         rows.append([link, r["dataset"], r["synthesizer"], r["privacy"], f"{rec['rows']:,}",
                      rec["copies"], cost_text(rec["cost"]["charged"]), r["released_by"],

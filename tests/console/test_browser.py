@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -123,6 +125,43 @@ def test_a_post_without_the_csrf_token_is_refused(browser: Any,
     assert post(b"user=dave&dataset=adult&epsilon=5&csrf=forged") == 403
     browser.get(url + "audit?kind=grant")
     assert "grant dave" not in browser.page_source
+
+
+def test_a_page_on_another_port_cannot_use_the_login(browser: Any,
+                                                     console_server: ServerProcess) -> None:
+    # Cookies are not kept per port: the browser sends the console's cookie (SameSite=Strict
+    # too) with the requests of any page on 127.0.0.1. Its <img> must not run an evaluation.
+    url = console_url(console_server)
+    log_in(browser, url)
+    page = f'<img src="{url}releases/adult_syn/report"><img src="{url}budgets">'.encode()
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    before = evaluations(console_server)
+    try:
+        browser.get(f"http://127.0.0.1:{other.server_address[1]}/")  # waits for the images
+    finally:
+        other.shutdown()
+        other.server_close()
+    assert evaluations(console_server) == before
+
+
+def evaluations(server: ServerProcess) -> int:
+    """How many fidelity evaluations the served store's audit log holds."""
+    with psycopg.connect(server.dsn("admin"), autocommit=True) as conn:
+        rows = conn.execute("CALL dpsql('audit --json --last 1000')").fetchall()
+    return sum('"evaluate"' in str(row) or "'evaluate'" in str(row) for row in rows)
 
 
 def test_screenshots_of_every_page_are_not_blank(browser: Any, console_server: ServerProcess,

@@ -1,0 +1,176 @@
+"""Attacks on a running console over real HTTP: broken bodies, idle sockets, other origins."""
+
+from __future__ import annotations
+
+import http.client
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit
+
+import pytest
+
+import dpsql
+from dpsql.console import app
+from dpsql.store import Store
+
+from ..server.conftest import PASSWORDS, ServerProcess, make_store
+from .conftest import console_url
+
+GRANT = {"user": "frank", "dataset": "adult", "epsilon": "0.01"}
+
+
+class Client:
+    """Plain HTTP/1.0 requests to one console, with the Host header a browser would send."""
+
+    def __init__(self, url: str) -> None:
+        self.port = int(urlsplit(url).port or 0)
+        self.host = f"127.0.0.1:{self.port}"
+
+    def send(self, method: str, path: str, form: dict[str, str] | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+        body = urlencode(form).encode() if form is not None else None
+        conn.request(method, path, body, {"Host": self.host, **(headers or {})})
+        response = conn.getresponse()
+        headers = {}
+        for key, value in response.getheaders():  # Set-Cookie may come more than once
+            headers[key] = f"{headers[key]}\n{value}" if key in headers else value
+        answer = response.status, headers, response.read().decode()
+        conn.close()
+        return answer
+
+    def log_in(self, user: str = "admin") -> tuple[dict[str, str], str]:
+        """A logged-in admin's Cookie header and CSRF token."""
+        _, headers, _ = self.send("GET", "/login")
+        form_token = re.match(r"dpsql_console_login=([^;]+)", headers["Set-Cookie"])
+        assert form_token is not None
+        jar = {"Cookie": f"dpsql_console_login={form_token.group(1)}"}
+        status, headers, _ = self.send("POST", "/login", {
+            "csrf": form_token.group(1), "user": user, "password": PASSWORDS[user]}, jar)
+        assert status == 303
+        session = re.search(r"^dpsql_console=([^;]+)", headers["Set-Cookie"], re.M)
+        assert session is not None
+        jar = {"Cookie": f"dpsql_console={session.group(1)}"}
+        _, _, page = self.send("GET", "/budgets", headers=jar)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None
+        return jar, csrf.group(1)
+
+    def raw(self, data: bytes, wait: float = 5) -> bytes:
+        """Send ``data`` as is and keep the socket open; what the server answers."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=wait) as sock:
+            sock.sendall(data)
+            try:
+                return sock.recv(200)
+            except TimeoutError:
+                return b"(no answer)"
+
+
+@pytest.fixture(scope="module")
+def client(console_server: ServerProcess) -> Client:
+    return Client(console_url(console_server))
+
+
+def audited(server: ServerProcess, action: str) -> int:
+    """How many audit rows of ``action`` the served store holds (read over SQL)."""
+    import psycopg
+
+    with psycopg.connect(server.dsn("admin"), autocommit=True) as conn:
+        rows = conn.execute("CALL dpsql('audit --json --last 1000')").fetchall()
+    return sum(action in str(row) for row in rows)
+
+
+@pytest.mark.parametrize("length", ["-1", "abc", "1e3"],
+                         ids=["negative", "word", "float"])
+def test_a_bad_content_length_is_refused_unread(client: Client, length: str) -> None:
+    # "-1" once read the body to its end: a client could stream gigabytes into memory.
+    answer = client.raw(f"POST /login HTTP/1.0\r\nHost: {client.host}\r\n"
+                        f"Content-Length: {length}\r\n\r\n".encode() + b"a" * 100_000)
+    assert answer.startswith(b"HTTP/1.0 400"), answer
+
+
+def test_a_body_over_the_limit_is_refused(client: Client) -> None:
+    answer = client.raw(f"POST /login HTTP/1.0\r\nHost: {client.host}\r\n"
+                        f"Content-Length: {app.MAX_FORM + 1}\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.0 413"), answer
+
+
+@pytest.mark.parametrize("headers", [
+    {"Origin": "http://127.0.0.1:8888"}, {"Origin": "null"},
+    {"Sec-Fetch-Site": "same-site"}, {"Sec-Fetch-Site": "cross-site"}],
+    ids=["other-port", "opaque", "same-site", "cross-site"])
+def test_a_post_from_another_origin_is_refused(client: Client, console_server: ServerProcess,
+                                               headers: dict[str, str]) -> None:
+    # Cookies are not kept per port: a page on another port of 127.0.0.1 is the same
+    # site, so SameSite=Strict sends the console's cookie with its requests.
+    jar, csrf = client.log_in()
+    grants = audited(console_server, "console: dpsql budget grant")
+    status, _, _ = client.send("POST", "/grant", {**GRANT, "csrf": csrf}, {**jar, **headers})
+    assert status == 403
+    assert audited(console_server, "console: dpsql budget grant") == grants
+    own = {"Origin": f"http://{client.host}", "Sec-Fetch-Site": "same-origin"}
+    status, headers, _ = client.send("POST", "/grant", {**GRANT, "csrf": csrf}, {**jar, **own})
+    assert (status, headers["Location"]) == (303, "/budgets")
+    assert audited(console_server, "console: dpsql budget grant") == grants + 1
+
+
+def test_another_origin_cannot_make_the_console_evaluate(client: Client,
+                                                         console_server: ServerProcess) -> None:
+    # The fidelity report runs (and audits) an evaluation: an <img> on another port must not.
+    jar, _ = client.log_in()
+    before = audited(console_server, "evaluate")
+    status, _, _ = client.send("GET", "/releases/adult_syn/report",
+                               headers={**jar, "Sec-Fetch-Site": "same-site"})
+    assert status == 403
+    assert audited(console_server, "evaluate") == before
+    status, _, page = client.send("GET", "/budgets", headers={**jar, "Sec-Fetch-Site": "none"})
+    assert status == 200  # typed in the address bar
+    assert "<h1>Budgets</h1>" in page
+
+
+def test_the_login_page_opens_from_anywhere(client: Client) -> None:
+    status, _, page = client.send("GET", "/login", headers={"Sec-Fetch-Site": "cross-site"})
+    assert status == 200
+    assert "Log in" in page
+
+
+# -- idle and crowded connections (a console in this process, on a store of its own) ------------
+@pytest.fixture
+def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[app.Console]:
+    monkeypatch.setattr(app, "READ_TIMEOUT", 1.0)
+    monkeypatch.setattr(app, "MAX_CONNECTIONS", 4)
+    path = make_store(tmp_path / "adult.duckdb")
+    with Store.open(path) as store:
+        console = app.Console(store, b"s" * 32, lambda user: dpsql.connect(path, user))
+        console.start()
+        try:
+            yield console
+        finally:
+            console.stop()
+
+
+def test_an_idle_connection_is_closed(console: app.Console) -> None:
+    with socket.create_connection(("127.0.0.1", console.port), timeout=10) as sock:
+        sock.sendall(b"GET /login HTTP/1.0\r\n")  # and nothing more
+        started = time.monotonic()
+        assert sock.recv(100) == b""  # closed, unanswered
+        assert 0.5 < time.monotonic() - started < 5
+
+
+def test_idle_connections_cannot_take_every_thread(console: app.Console) -> None:
+    before = threading.active_count()
+    idle = [socket.create_connection(("127.0.0.1", console.port)) for _ in range(20)]
+    try:
+        for sock in idle:
+            sock.sendall(b"GET /login HTTP/1.0\r\n")
+        time.sleep(0.3)
+        assert threading.active_count() - before <= app.MAX_CONNECTIONS  # not 20
+    finally:
+        for sock in idle:
+            sock.close()
+    time.sleep(0.3)
+    assert Client(console.url).send("GET", "/login")[0] == 200  # the slots came back
