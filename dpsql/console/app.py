@@ -33,7 +33,7 @@ from dpsql.console.auth import (
 )
 from dpsql.errors import DPSQLError
 from dpsql.server import procedure
-from dpsql.server.auth import LoginBackoff
+from dpsql.server.auth import LoginBackoff, load_verifier
 from dpsql.session import Session
 from dpsql.store import Store
 
@@ -97,7 +97,7 @@ class Console:
             raise ValueError(f"{user} is an analyst; the console is for administrators "
                              "(analysts connect with psql, psycopg or the Python API)")
         log.info("console: %s logged in from %s", user, host)
-        return self.logins.open(user)[0]
+        return self.logins.open(user, load_verifier(self.store, user))[0]
 
 
 def run_command(session: Session, args: list[str]) -> str:
@@ -294,22 +294,28 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _AdminSession:
-    """A Session of the logged-in user while they are still an admin (else: logged out)."""
+    """A Session of the logged-in user while they are an admin with the same SQL password.
+
+    Else the login ends: resetting a leaked password locks its holder out.
+    """
 
     def __init__(self, handler: _Handler, login: Login) -> None:
         self.handler, self.login = handler, login
         self.session: Session | None = None
 
     def __enter__(self) -> Session | None:
+        console, user = self.handler.console, self.login.user
         try:
-            self.session = self.handler.console.open_session(self.login.user)
-            if self.session.is_admin:
+            self.session = console.open_session(user)
+            if self.session.is_admin and \
+                    load_verifier(console.store, user) == self.login.credential:
                 return self.session
         except DPSQLError:
             pass
-        self.handler.console.logins.close(self.handler._token())
-        self.handler._send(403, pages.layout("Refused", "", error=f"{self.login.user} is no "
-                                             "longer an administrator of this store"))
+        console.logins.close(self.handler._token())
+        self.handler._send(403, pages.layout("Refused", "", error=f"{user} is no longer an "
+                                             "administrator of this store, or their SQL "
+                                             "password changed; log in again"))
         return None
 
     def __exit__(self, *exc: object) -> None:

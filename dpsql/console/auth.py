@@ -28,6 +28,7 @@ class Login:
     user: str
     csrf: str
     expires: float
+    credential: auth.Verifier | None = None  # the SQL password's verifier it logged in with
     flash: str | None = None  # what the last action said, shown once on the next page
     error: str | None = None
 
@@ -41,10 +42,10 @@ class Logins:
         self.clock = clock
         self._open: dict[str, Login] = {}
 
-    def open(self, user: str) -> tuple[str, Login]:
+    def open(self, user: str, credential: auth.Verifier | None = None) -> tuple[str, Login]:
         """A new login for ``user``: its cookie token and the login."""
         token = secrets.token_urlsafe(32)
-        login = Login(user, secrets.token_urlsafe(32), self.clock() + self.idle)
+        login = Login(user, secrets.token_urlsafe(32), self.clock() + self.idle, credential)
         self._open[token] = login
         return token, login
 

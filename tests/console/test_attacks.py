@@ -5,6 +5,8 @@ from __future__ import annotations
 import http.client
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -174,3 +176,19 @@ def test_idle_connections_cannot_take_every_thread(console: app.Console) -> None
             sock.close()
     time.sleep(0.3)
     assert Client(console.url).send("GET", "/login")[0] == 200  # the slots came back
+
+
+def test_a_new_password_ends_the_logins_made_with_the_old(client: Client,
+                                                         console_server: ServerProcess) -> None:
+    # Resetting a leaked password must lock out whoever logged in with it.
+    jar, _ = client.log_in()
+    db = console_server.process.args[console_server.process.args.index("--db") + 1]
+    subprocess.run([sys.executable, "-m", "dpsql", "user", "add", "admin", "--password-stdin",
+                    "--db", db], input=PASSWORDS["admin"], text=True, check=True,
+                   capture_output=True)
+    status, _, page = client.send("GET", "/budgets", headers=jar)
+    assert status == 403
+    assert "password changed" in page
+    assert client.send("GET", "/budgets", headers=jar)[0] == 303  # logged out: to /login
+    fresh, _ = client.log_in()
+    assert client.send("GET", "/budgets", headers=fresh)[0] == 200
