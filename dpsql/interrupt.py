@@ -15,12 +15,20 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 import duckdb
 
 from dpsql.errors import QueryCanceled
 
 REPEAT_EVERY = 0.02  # seconds between repeated interrupts of a query that goes on
+
+
+class Interruptible(Protocol):
+    """What runs a query: a DuckDB cursor, or another engine's cancel handle."""
+
+    def interrupt(self) -> None:
+        """Stop the query running now, if any."""
 
 
 class Interrupter:
@@ -30,7 +38,7 @@ class Interrupter:
         self._lock = threading.Lock()
         self._depth = 0  # statements nest: the server's work around the session's
         self._interrupted = False
-        self._running: dict[int, duckdb.DuckDBPyConnection] = {}
+        self._running: dict[int, Interruptible] = {}
         self._ids = itertools.count()
 
     @contextmanager
@@ -47,7 +55,7 @@ class Interrupter:
                 self._depth -= 1
 
     @contextmanager
-    def running(self, cursor: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    def running(self, cursor: Interruptible) -> Iterator[None]:
         """Run a query of the current statement on ``cursor``; an interrupt raises QueryCanceled."""
         with self._lock:
             if self._interrupted:

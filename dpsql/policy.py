@@ -62,6 +62,32 @@ class Column:
 
 
 @dataclass(frozen=True)
+class EngineSpec:
+    """Where a dataset's rows live when not in the store: a PostgreSQL table.
+
+    The policy holds no credential: the connection string comes from the
+    environment variable ``dsn_env``, or is ``dsn`` (refused if it holds a
+    password) with the password from the environment variable ``password_env``.
+    """
+
+    kind: Literal["postgres"]
+    table: str  # schema.table on the engine
+    dsn: str | None = None
+    dsn_env: str | None = None
+    password_env: str | None = None
+
+    @property
+    def schema_name(self) -> str:
+        """The schema part of ``table``."""
+        return self.table.split(".")[0]
+
+    @property
+    def table_name(self) -> str:
+        """The table part of ``table``."""
+        return self.table.split(".")[1]
+
+
+@dataclass(frozen=True)
 class Dataset:
     """A sensitive table and the rules for reaching it."""
 
@@ -79,6 +105,7 @@ class Dataset:
     allow_non_dp: bool = False
     allow_options: tuple[str, ...] = ()
     description: str | None = None
+    engine: EngineSpec | None = None  # None: the rows are in the store (DuckDB)
 
     def column(self, name: str) -> Column:
         """The named column; unknown names raise with a did-you-mean."""
@@ -350,7 +377,34 @@ def _dataset(name: str, raw: dict[str, Any], kind: Kind, delta: float | None,
         allow_non_dp=raw.get("allow_non_dp", False),
         allow_options=tuple(raw.get("allow_options", ())),
         description=raw.get("description"),
+        engine=_engine(raw["engine"], source, where + ".engine") if "engine" in raw else None,
     )
+
+
+def _engine(raw: dict[str, Any], source: str, where: str) -> EngineSpec:
+    """The dataset's engine; a ``dsn`` written in the policy may not hold a password."""
+    if ("dsn" in raw) == ("dsn_env" in raw):
+        raise _fail(source, where, "give exactly one of dsn (without a password) or dsn_env "
+                    "(the name of an environment variable holding the connection string)")
+    if "password_env" in raw and "dsn" not in raw:
+        raise _fail(source, where + ".password_env", "password_env goes with dsn (a dsn_env "
+                    "connection string carries its own password)")
+    if "dsn" in raw and _has_password(raw["dsn"]):
+        raise _fail(source, where + ".dsn", "the dsn holds a password, and the policy is shown "
+                    "to analysts: remove it and name an environment variable holding it with "
+                    "password_env")
+    return EngineSpec(kind=raw["kind"], table=raw["table"], dsn=raw.get("dsn"),
+                      dsn_env=raw.get("dsn_env"), password_env=raw.get("password_env"))
+
+
+def _has_password(dsn: str) -> bool:
+    """Whether a libpq connection string (key=value or URI) carries a password."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        return "password" in conninfo_to_dict(dsn)
+    except Exception:
+        return True
 
 
 def _user(name: str, raw: dict[str, Any], datasets: Mapping[str, Dataset], kind: Kind,

@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from dpsql.domain import quote
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
-from dpsql.policy import Policy, did_you_mean
+from dpsql.policy import Dataset, Policy, did_you_mean
 from dpsql.synth.base import known_names
 
 SCHEMA_VERSION = 6
@@ -473,7 +473,7 @@ class Store:
                                       f"unknown synthesizer {name!r}"
                                       f"{did_you_mean(name, sorted(known))} (known: "
                                       f"{', '.join(sorted(known))})")
-            actual = self.table_columns(ds.table)
+            actual = self.dataset_columns(ds, policy.source)
             if not actual:
                 raise PolicyError(f"{policy.source}: datasets.{ds.name}.table: no table "
                                   f"{ds.table!r} in the store; import it with dpsql init "
@@ -489,6 +489,21 @@ class Store:
                 notes.append(f"dataset {ds.name}: columns not in the policy are hidden: "
                              f"{', '.join(undeclared)}")
         return notes
+
+    def dataset_columns(self, ds: Dataset, source: str = "<policy>") -> dict[str, str]:
+        """Column name -> type of a dataset's table: the store's, or its engine's (read now)."""
+        if ds.engine is None:
+            return self.table_columns(ds.table)
+        from dpsql.interrupt import Interrupter
+        from dpsql.query.engine import EngineError, engine_for
+
+        engine = engine_for(ds, self, Interrupter())
+        try:
+            return engine.column_types(ds.table)
+        except EngineError as err:
+            raise PolicyError(f"{source}: datasets.{ds.name}.engine: {err.message}") from None
+        finally:
+            engine.close()
 
     def apply_policy(self, policy: Policy, applied_by: str,
                      prepare: Callable[[duckdb.DuckDBPyConnection], list[str]] | None = None,

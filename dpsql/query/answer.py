@@ -38,7 +38,7 @@ from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost, figure
 from dpsql.query import cache, meta
 from dpsql.query.dialect import nested_too_deeply, reject
-from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared
+from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared, engine_for
 from dpsql.query.free import FreeDatabase
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import SPREAD, QueryPlan
@@ -134,7 +134,22 @@ class _Call:
 
     ctx: Context
     ledger: Ledger
-    engine: Engine
+    engine: Engine  # the store's; a dataset on another engine gets its own
+    others: dict[str, Engine] = field(default_factory=dict)
+
+    def engine_of(self, dataset: Dataset) -> Engine:
+        """The engine holding ``dataset``'s rows (one per statement and dataset)."""
+        if dataset.engine is None:
+            return self.engine
+        if dataset.name not in self.others:
+            self.others[dataset.name] = engine_for(dataset, self.ctx.store, self.ctx.interrupts)
+        return self.others[dataset.name]
+
+    def close(self) -> None:
+        """End every snapshot the statement opened."""
+        self.engine.close()
+        for engine in self.others.values():
+            engine.close()
 
     @property
     def user(self) -> str:
@@ -155,7 +170,7 @@ def run_statement(ctx: Context, text: str) -> Answer:
     try:
         return _statement(call, text)
     finally:
-        call.engine.close()
+        call.close()
 
 
 def _statement(call: _Call, text: str) -> Answer:
@@ -337,10 +352,12 @@ def _same_types(call: _Call, dataset: Dataset, types: Mapping[str, str]) -> bool
 
 def _column_types(call: _Call, dataset: Dataset) -> dict[str, str]:
     try:
-        return call.engine.column_types(dataset.table)
+        return call.engine_of(dataset).column_types(dataset.table)
     except EngineError as err:
-        raise InternalError(f"the table of dataset {dataset.name} cannot be read; "
-                            "ask an administrator to check the store") from err
+        where = "its engine's server is down or the table changed" if dataset.engine \
+            else "ask an administrator to check the store"
+        raise InternalError(f"the table of dataset {dataset.name} cannot be read ({where}); "
+                            "nothing was charged") from err
 
 
 def _prepare(call: _Call, entry: Entry) -> _Prepared:
@@ -362,13 +379,14 @@ def _bind(call: _Call, prepared: _Prepared) -> Prepared:
     """
     plan = prepared.plan
     clamped = clamped_columns(plan)
-    enforced = {c: b for c, b in call.engine.enforced_bounds(plan.dataset.table).items()
+    engine = call.engine_of(plan.dataset)
+    enforced = {c: b for c, b in engine.enforced_bounds(plan.dataset.table).items()
                 if c in clamped} if clamped else {}
     sql = replace(prepared.sql, enforced=enforced)
     entry = prepared.entry
     query, key = entry.generated((sql.exact, enforced), lambda: to_sql(plan, sql))
     try:
-        bound = call.engine.prepare(query, entry.texts.get(key))
+        bound = engine.prepare(query, entry.texts.get(key))
     except EngineError as err:
         raise InternalError("dpsql generated a query the database cannot plan; this is a "
                             "bug in dpsql, please report it with your query") from err
@@ -428,7 +446,7 @@ def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,
     """
     plan = prepared.plan
     dense = expand_public_keys(plan, query.run())
-    call.engine.close()
+    call.close()
     noisy = [d + n.sample(plan.cells) for d, n in zip(dense, prepared.noises, strict=True)]
     answer = answered(noisy)
     row = cache.stored_row(prepared.key, call.user, plan, call.policy.fingerprint, audit_id,

@@ -8,14 +8,17 @@ charge.
 One engine serves one statement and reads everything (column types,
 constraints, the aggregation) in one snapshot, so the SQL runs on the schema it
 was generated for, whatever an administrator changes meanwhile.
-Another engine (a distributed one) would implement the same methods; noise,
-accounting and the ledger stay in dpsql whatever runs the aggregation.
+:func:`engine_for` picks a dataset's engine: :class:`DuckDBEngine` for the
+store's own tables, :class:`~dpsql.query.postgres.PostgresEngine` for a dataset
+whose policy names ``engine: {kind: postgres}`` (docs/engines.md); another engine
+(Spark) would implement the same methods and be added there. Noise, accounting
+and the ledger stay in dpsql whatever runs the aggregation.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
 from functools import lru_cache
@@ -28,6 +31,7 @@ from sqlglot import exp
 
 from dpsql.domain import quote
 from dpsql.interrupt import Interrupter
+from dpsql.policy import Dataset
 from dpsql.store import Store
 
 
@@ -178,16 +182,7 @@ class DuckDBEngine:
                 "SELECT expression FROM duckdb_constraints() WHERE database_name = "
                 "current_database() AND schema_name = 'main' AND table_name = ? "
                 "AND constraint_type = 'CHECK'", [table]).fetchall()
-        out: dict[str, tuple[Fraction, Fraction]] = {}
-        for (expression,) in rows:
-            found = between_bounds(expression)
-            if found is None:
-                continue
-            column, lo, hi = found
-            if column in out:  # several checks: each holds, so their intersection does
-                lo, hi = max(lo, out[column][0]), min(hi, out[column][1])
-            out[column] = (lo, hi)
-        return out
+        return intersected(between_bounds(expression) for (expression,) in rows)
 
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type, from binding ``SELECT *`` (no rows are read)."""
@@ -195,6 +190,32 @@ class DuckDBEngine:
             relation = cursor.sql(f"SELECT * FROM main.{quote(table)}")
             return {name: str(kind) for name, kind in zip(relation.columns, relation.types,
                                                           strict=True)}
+
+
+def engine_for(dataset: Dataset, store: Store, interrupts: Interrupter) -> Engine:
+    """The engine that holds ``dataset``'s rows, for one statement (close it after)."""
+    if dataset.engine is None:
+        return DuckDBEngine(store, interrupts)
+    from dpsql.query.postgres import PostgresEngine  # psycopg only where it is used
+
+    return PostgresEngine(dataset.engine, interrupts)
+
+
+def intersected(ranges: Iterable[tuple[str, Fraction, Fraction] | None]
+                ) -> dict[str, tuple[Fraction, Fraction]]:
+    """Column -> [lo, hi] from the range checks found (None: a check of another form).
+
+    Several checks of one column all hold, so their intersection does.
+    """
+    out: dict[str, tuple[Fraction, Fraction]] = {}
+    for found in ranges:
+        if found is None:
+            continue
+        column, lo, hi = found
+        if column in out:
+            lo, hi = max(lo, out[column][0]), min(hi, out[column][1])
+        out[column] = (lo, hi)
+    return out
 
 
 def _end(cursor: duckdb.DuckDBPyConnection) -> None:
@@ -216,13 +237,13 @@ def between_bounds(expression: str) -> tuple[str, Fraction, Fraction] | None:
     if not isinstance(node, exp.Between) or not isinstance(node.this, exp.Column) \
             or node.this.table:
         return None
-    lo, hi = _number(node.args.get("low")), _number(node.args.get("high"))
+    lo, hi = number(node.args.get("low")), number(node.args.get("high"))
     if lo is None or hi is None:
         return None
     return node.this.name, lo, hi
 
 
-def _number(node: exp.Expr | None) -> Fraction | None:
+def number(node: exp.Expr | None) -> Fraction | None:
     """The exact value of a numeric literal (possibly negated or parenthesized).
 
     Casts are not read through: a cast can round (CAST(2.7 AS INTEGER) is 3).

@@ -233,7 +233,7 @@ def _squares_units(col: Column, exponent: int, value: str, ctx: Context) -> str:
 
 def bound_contributions(select: exp.Select, plan: QueryPlan, ctx: Context) -> exp.Select:
     """Read from the bounded source: at most ``max_rows`` rows per privacy unit."""
-    source = _sql(f"SELECT * FROM {bounded_sql(plan.dataset, ctx.secret)}")
+    source = _sql(f"SELECT * FROM {bounded_sql(plan.dataset, ctx.secret, ctx.types)}")
     assert isinstance(source, exp.Select)
     return select.copy().from_(source.args["from_"].this, copy=False)
 

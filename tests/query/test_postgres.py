@@ -1,0 +1,309 @@
+"""PostgresEngine against a real PostgreSQL server (a throwaway cluster per test session).
+
+The same policies and data on DuckDB and on PostgreSQL give identical exact
+answers (unbounded budgets: no noise); contribution bounding keeps the same
+rows on both; credentials appear in no answer, error, audit row or policy
+output; an engine that is down charges nothing; cancel reaches the server.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+import sqlglot
+import yaml
+
+import dpsql
+from dpsql.errors import DPSQLError, InternalError, PolicyError, QueryCanceled
+from dpsql.interrupt import Interrupter
+from dpsql.policy import Policy
+from dpsql.query.engine import EngineError
+from dpsql.query.postgres import PostgresEngine, range_check
+from dpsql.source import bounded_sql
+from tests import pgcluster
+from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
+from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, with_budgets
+from tests.query.test_exact import ACS_CASES, ADULT_CASES, CONSTANT_CASES, ORDERED_CASES
+
+pytestmark = pytest.mark.skipif(pgcluster.initdb_path() is None,
+                                reason="PostgreSQL is not installed (apt-get install postgresql)")
+PASSWORD_ENV = "DPSQL_TEST_PG_PASSWORD"
+SECRETS = (pgcluster.READER_PASSWORD, pgcluster.SUPER_PASSWORD)
+
+EXTRA_CASES = [
+    "SELECT COUNT(*), SUM(age), AVG(capital_gain) FROM adult WHERE sex = 1 AND age > 30",
+    "SELECT race, sex, COUNT(*), AVG(hours_per_week) FROM adult GROUP BY race, sex",
+    "SELECT dp_bin(age, 7), SUM(hours_per_week) FROM adult GROUP BY 1",
+    "SELECT COUNT(*) FROM adult WHERE age - 2 * hours_per_week > -100 OR NOT (age < 30)",
+    "SELECT COUNT(*) FROM adult WHERE round(age / 7) = 4 AND round(age / 3.0, 1) > 9",
+    "SELECT relationship, COUNT(*) FILTER (WHERE age BETWEEN 20 AND 30) FROM adult GROUP BY 1",
+]
+ACS_EXTRA = [
+    "SELECT COUNT(*), SUM(pincp) FROM acs WHERE pincp > 1000.5",
+    "SELECT sex, SUM(density), COUNT(density) FROM acs GROUP BY sex",
+]
+#: Every case as (dataset, query); the quick suite runs every fourth.
+CORPUS = ([("adult", c[1]) for c in ADULT_CASES] + [("adult", c[1]) for c in ORDERED_CASES]
+          + [("adult", c) for c in CONSTANT_CASES] + [("adult", c) for c in EXTRA_CASES]
+          + [("acs", c[1]) for c in ACS_CASES] + [("acs", c) for c in ACS_EXTRA])
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[pgcluster.Cluster]:
+    os.environ[PASSWORD_ENV] = pgcluster.READER_PASSWORD
+    with pgcluster.cluster() as cluster:
+        yield cluster
+
+
+def engine_spec(cluster: pgcluster.Cluster, table: str) -> dict[str, Any]:
+    return {"kind": "postgres", "dsn": cluster.dsn(), "password_env": PASSWORD_ENV,
+            "table": table}
+
+
+def on_postgres(text: str, cluster: pgcluster.Cluster, tables: dict[str, str]) -> str:
+    """The policy ``text`` with each named dataset's rows on PostgreSQL."""
+    raw = yaml.safe_load(text)
+    for name, table in tables.items():
+        raw["datasets"][name]["engine"] = engine_spec(cluster, table)
+    return yaml.safe_dump(raw, sort_keys=False)
+
+
+def twin_stores(directory: Path, cluster: pgcluster.Cluster, name: str, policy: str,
+                data: Path, na: str | None = None) -> tuple[Path, Path]:
+    """A DuckDB store over ``data`` and a store whose dataset reads the same rows in PostgreSQL."""
+    duck_policy, pg_policy = directory / f"{name}.yaml", directory / f"{name}_pg.yaml"
+    duck_policy.write_text(policy)
+    duck_path, pg_path = directory / f"{name}.duckdb", directory / f"{name}_pg.duckdb"
+    store, _ = dpsql.init(duck_path, duck_policy, {name: data}, na=na)
+    pgcluster.copy_table(cluster, store.cursor(), f"main.{name}", f"public.{name}")
+    store.close()
+    pg_policy.write_text(on_postgres(policy, cluster, {name: f"public.{name}"}))
+    dpsql.init(pg_path, pg_policy)[0].close()
+    return duck_path, pg_path
+
+
+@pytest.fixture(scope="session")
+def twins(pg: pgcluster.Cluster, tmp_path_factory: pytest.TempPathFactory
+          ) -> dict[str, tuple[Path, Path]]:
+    directory = tmp_path_factory.mktemp("pg")
+    adult = with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE)
+    acs = with_budgets(ACS_POLICY, budget=INFINITE, default=INFINITE)
+    return {"adult": twin_stores(directory, pg, "adult", adult, ADULT_SAMPLE),
+            "acs": twin_stores(directory, pg, "acs", acs, ACS_DATA, na="N")}
+
+
+def answers(paths: tuple[Path, Path], sql: str) -> tuple[list[Any], list[Any]]:
+    out = []
+    for path in paths:
+        with dpsql.connect(path, "alice") as session:
+            answer = session.sql(sql)
+            assert answer.kind == "dp"  # a repeated measurement comes from the cache
+            out.append(answer.table.to_pylist())
+    return out[0], out[1]
+
+
+def check_identical(twins: dict[str, tuple[Path, Path]], dataset: str, sql: str) -> None:
+    on_duckdb, on_postgres_ = answers(twins[dataset], sql)
+    assert on_postgres_ == on_duckdb, sql
+
+
+@pytest.mark.parametrize(("dataset", "sql"), CORPUS[::4])
+def test_quick_corpus_identical_on_both_engines(twins: dict[str, tuple[Path, Path]],
+                                                dataset: str, sql: str) -> None:
+    check_identical(twins, dataset, sql)
+
+
+@pytest.mark.slow
+def test_corpus_identical_on_both_engines(twins: dict[str, tuple[Path, Path]]) -> None:
+    assert len(CORPUS) >= 40
+    for dataset, sql in CORPUS:
+        check_identical(twins, dataset, sql)
+
+
+# -- contribution bounding: the same kept rows ----------------------------------------------
+
+BOUNDED_POLICY = """version: 1
+accounting: pure
+datasets:
+  t:
+    table: t
+    privacy_unit: person
+    max_rows: 2
+    budget: {epsilon: .inf}
+    engine: {kind: postgres, dsn_env: DPSQL_UNUSED, table: public.bounded}
+    columns:
+      person: {type: hidden}
+      x: {type: float, bounds: [0, 1]}
+      n: {type: integer, bounds: [0, 10]}
+      s: {type: categorical, values: [a, b, "é", null]}
+users:
+  admin: {role: admin, budgets: {t: {epsilon: .inf}}}
+"""
+BOUNDED_ROWS = """SELECT i % 97 AS person,
+  CASE WHEN i % 11 = 0 THEN 'NaN'::DOUBLE WHEN i % 13 = 0 THEN NULL WHEN i % 17 = 0 THEN 1.0
+       WHEN i % 19 = 0 THEN 'Infinity'::DOUBLE ELSE (i % 7) / 3.0 END AS x,
+  CASE WHEN i % 5 = 0 THEN NULL ELSE (i % 4)::INTEGER END AS n,
+  CASE WHEN i % 3 = 0 THEN 'é' WHEN i % 7 = 0 THEN NULL ELSE 'ab' END AS s
+FROM range(2000) r(i)"""
+
+
+def test_bounding_keeps_the_same_rows_on_duckdb_and_postgres(pg: pgcluster.Cluster) -> None:
+    dataset = Policy.from_text(BOUNDED_POLICY).dataset("t")
+    duck = duckdb.connect()
+    duck.execute("CREATE SCHEMA public")
+    duck.execute(f"CREATE TABLE public.bounded AS {BOUNDED_ROWS}")
+    pgcluster.copy_table(pg, duck, "public.bounded", "public.bounded")
+    types = {n: str(t) for n, t in zip(*(lambda r: (r.columns, r.types))(
+        duck.sql("SELECT * FROM public.bounded")), strict=True)}
+    sql = f"SELECT person, x, n, s FROM {bounded_sql(dataset, 'the-secret', types)}"
+    kept_duck = sorted(map(repr, duck.execute(sql).fetchall()))
+    assert dataset.engine is not None
+    engine = PostgresEngine(dataset.engine)
+    os.environ["DPSQL_UNUSED"] = pg.dsn(password=pgcluster.READER_PASSWORD)
+    try:
+        kept_pg = sorted(map(repr, (tuple(r.values()) for r in engine.execute(
+            sqlglot.parse_one(sql, read="duckdb")).to_pylist())))
+    finally:
+        engine.close()
+    assert len(kept_duck) == 97 * 2  # every person has more than max_rows rows
+    assert kept_pg == kept_duck
+    other = f"SELECT person, x, n, s FROM {bounded_sql(dataset, 'another', types)}"
+    assert sorted(map(repr, duck.execute(other).fetchall())) != kept_duck  # the key matters
+
+
+# -- credentials, init checks, engine down, bounds, cancel, read only ------------------------
+
+def test_password_is_never_shown(twins: dict[str, tuple[Path, Path]], tmp_path: Path) -> None:
+    path = twins["adult"][1]
+    seen: list[str] = []
+    with dpsql.connect(path, "alice") as session:
+        seen.append(repr(session.sql("SELECT COUNT(*) FROM adult").as_dict()))
+        seen.append(repr(session.sql("EXPLAIN PRIVACY SELECT SUM(age) FROM adult").as_dict()))
+        seen.append(repr(session.sql("SHOW dpsql.datasets").as_dict()))
+        with pytest.raises(DPSQLError) as err:
+            session.sql("SELECT COUNT(*) FROM adult WHERE nope = 1")
+        seen.append(str(err.value))
+    with dpsql.connect(path, "admin") as admin:
+        seen.append(repr(admin.store.cursor().sql("SELECT * FROM dpsql.audit").fetchall()))
+        seen.append(admin.policy.text)
+    shown = subprocess.run([sys.executable, "-m", "dpsql", "policy", "show", "--db", str(path),
+                            "--as", "admin"], capture_output=True, text=True)
+    seen.append(shown.stdout + shown.stderr)
+    assert "reader" in "".join(seen)  # the dsn (without password) is the admin's to see
+    for secret in SECRETS:
+        assert not any(secret in text for text in seen)
+
+
+def test_policy_refuses_a_password_in_the_dsn(pg: pgcluster.Cluster) -> None:
+    raw = yaml.safe_load(BOUNDED_POLICY)
+    for dsn in (pg.dsn(password="x"), "postgresql://reader:pw@127.0.0.1/postgres"):
+        raw["datasets"]["t"]["engine"] = {"kind": "postgres", "dsn": dsn, "table": "public.t"}
+        with pytest.raises(PolicyError, match="holds a password") as err:
+            Policy.from_text(yaml.safe_dump(raw))
+        assert "pw" not in str(err.value).replace("password", "")
+
+
+@pytest.mark.parametrize(("table", "column", "message"), [
+    ("public.missing", "age", "no table public.missing"),
+    ("public.adult", "not_there", "has no such column"),
+])
+def test_init_checks_the_engine_table(pg: pgcluster.Cluster, twins: Any, tmp_path: Path,
+                                      table: str, column: str, message: str) -> None:
+    raw = yaml.safe_load(BOUNDED_POLICY)
+    raw["datasets"]["t"]["engine"] = engine_spec(pg, table)
+    raw["datasets"]["t"]["privacy_unit"] = None
+    raw["datasets"]["t"]["max_rows"] = 1
+    raw["datasets"]["t"]["columns"] = {column: {"type": "integer", "bounds": [0, 99]}}
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    with pytest.raises(PolicyError, match=message):
+        dpsql.init(tmp_path / "s.duckdb", policy)
+    assert not (tmp_path / "s.duckdb").exists()
+
+
+def test_engine_down_charges_nothing(pg: pgcluster.Cluster, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = yaml.safe_load(with_budgets(ADULT_POLICY, budget={"epsilon": 5},
+                                   default={"epsilon": 1}))
+    raw["datasets"]["adult"]["engine"] = {"kind": "postgres", "dsn_env": "DPSQL_TEST_PG_DSN",
+                                          "table": "public.adult"}
+    policy = tmp_path / "p.yaml"
+    policy.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("DPSQL_TEST_PG_DSN", pg.dsn(password=pgcluster.READER_PASSWORD))
+    dpsql.init(tmp_path / "s.duckdb", policy)[0].close()
+    monkeypatch.setenv("DPSQL_TEST_PG_DSN", pgcluster.Cluster(1).dsn())  # nothing listens
+    with dpsql.connect(tmp_path / "s.duckdb", "alice") as alice:
+        before = alice.budget()[0].remaining
+        with pytest.raises(InternalError, match=r"server is down.*nothing was charged"):
+            alice.sql("SELECT COUNT(*) FROM adult")
+        assert alice.budget()[0].remaining == before
+        monkeypatch.setenv("DPSQL_TEST_PG_DSN", pg.dsn(password=pgcluster.READER_PASSWORD))
+        alice.sql("SELECT COUNT(*) FROM adult")
+        assert alice.budget()[0].remaining < before
+
+
+def test_enforced_bounds_from_check_constraints(pg: pgcluster.Cluster) -> None:
+    with pg.admin() as con:
+        con.execute("CREATE TABLE public.checked (a integer CHECK (a BETWEEN 0 AND 9), "
+                    "b double precision CHECK (b >= -1.5 AND b <= 2), c integer CHECK (c > 0), "
+                    "d integer)")
+        con.execute("ALTER TABLE public.checked ADD CHECK (d >= 0 AND d <= 5) NOT VALID")
+        con.execute("GRANT SELECT ON public.checked TO reader")
+    spec = Policy.from_text(on_postgres(BOUNDED_POLICY, pg, {"t": "public.checked"})
+                            ).dataset("t").engine
+    assert spec is not None
+    engine = PostgresEngine(spec)
+    try:
+        bounds = engine.enforced_bounds("t")
+    finally:
+        engine.close()
+    assert bounds == {"a": (0, 9), "b": (-1.5, 2)}  # c: not a range; d: not validated
+    assert range_check("CHECK (((x <= 3) AND (x >= 1)))") == ("x", 1, 3)
+    assert range_check("CHECK (((x <= 3) AND (y >= 1)))") is None
+
+
+def test_cancel_reaches_the_server(pg: pgcluster.Cluster) -> None:
+    spec = Policy.from_text(on_postgres(BOUNDED_POLICY, pg, {"t": "public.bounded"})
+                            ).dataset("t").engine
+    assert spec is not None
+    interrupts = Interrupter()
+    engine = PostgresEngine(spec, interrupts)
+    started = time.monotonic()
+    try:
+        with interrupts.statement():
+            threading.Timer(0.5, interrupts.interrupt).start()
+            with pytest.raises(QueryCanceled):
+                engine.execute(sqlglot.parse_one("SELECT pg_sleep(30)", read="postgres"))
+    finally:
+        engine.close()
+    assert time.monotonic() - started < 10
+    with pg.admin() as con:
+        active = con.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                             "'%pg_sleep(30)%' AND state = 'active' AND pid <> "
+                             "pg_backend_pid()").fetchone()
+    assert active == (0,)
+
+
+def test_snapshot_is_read_only(pg: pgcluster.Cluster) -> None:
+    os.environ["DPSQL_TEST_PG_SUPER"] = pg.dsn("postgres", pgcluster.SUPER_PASSWORD)
+    raw = yaml.safe_load(BOUNDED_POLICY)
+    raw["datasets"]["t"]["engine"] = {"kind": "postgres", "dsn_env": "DPSQL_TEST_PG_SUPER",
+                                      "table": "public.bounded"}
+    spec = Policy.from_text(yaml.safe_dump(raw)).dataset("t").engine
+    assert spec is not None
+    engine = PostgresEngine(spec)
+    try:
+        with pytest.raises(EngineError, match="read-only transaction"):
+            engine.execute(sqlglot.parse_one("DELETE FROM public.bounded"))
+    finally:
+        engine.close()
+
