@@ -40,6 +40,7 @@ PASSWORD_ENV = "DPSQL_TEST_PG_PASSWORD"
 SECRETS = (pgcluster.READER_PASSWORD, pgcluster.SUPER_PASSWORD)
 
 EXTRA_CASES = [
+    "SELECT COUNT(*) FROM adult WHERE round(hours_per_week / 2) = 20",  # ties: half away from 0
     "SELECT COUNT(*), SUM(age), AVG(capital_gain) FROM adult WHERE sex = 1 AND age > 30",
     "SELECT race, sex, COUNT(*), AVG(hours_per_week) FROM adult GROUP BY race, sex",
     "SELECT dp_bin(age, 7), SUM(hours_per_week) FROM adult GROUP BY 1",
