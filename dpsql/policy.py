@@ -399,8 +399,11 @@ def _engine(raw: dict[str, Any], source: str, where: str) -> EngineSpec:
 
 def _has_password(dsn: str) -> bool:
     """Whether a libpq connection string (key=value or URI) carries a password."""
-    from psycopg.conninfo import conninfo_to_dict
-
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError as err:
+        raise ConfigurationError("a dataset on PostgreSQL needs psycopg: pip install "
+                                 "'dpsql[postgres]'") from err
     try:
         return "password" in conninfo_to_dict(dsn)
     except Exception:

@@ -378,6 +378,10 @@ def _bind(call: _Call, prepared: _Prepared) -> Prepared:
     before (same plan, context and column types) binds as it runs.
     """
     plan = prepared.plan
+    if plan.dataset.engine is not None:
+        from dpsql.query.postgres import check_total
+
+        check_total(plan, prepared.entry.types)
     clamped = clamped_columns(plan)
     engine = call.engine_of(plan.dataset)
     enforced = {c: b for c, b in engine.enforced_bounds(plan.dataset.table).items()

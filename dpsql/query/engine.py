@@ -30,6 +30,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.domain import quote
+from dpsql.errors import ConfigurationError
 from dpsql.interrupt import Interrupter
 from dpsql.policy import Dataset
 from dpsql.store import Store
@@ -196,8 +197,11 @@ def engine_for(dataset: Dataset, store: Store, interrupts: Interrupter) -> Engin
     """The engine that holds ``dataset``'s rows, for one statement (close it after)."""
     if dataset.engine is None:
         return DuckDBEngine(store, interrupts)
-    from dpsql.query.postgres import PostgresEngine  # psycopg only where it is used
-
+    try:
+        from dpsql.query.postgres import PostgresEngine  # psycopg only where it is used
+    except ImportError as err:
+        raise ConfigurationError(f"dataset {dataset.name} lives in PostgreSQL, which needs "
+                                 "psycopg: pip install 'dpsql[postgres]'") from err
     return PostgresEngine(dataset.engine, interrupts)
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
@@ -27,10 +28,11 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import make_conninfo
 from sqlglot import exp
 
-from dpsql.errors import ConfigurationError, QueryCanceled
+from dpsql.errors import ConfigurationError, QueryCanceled, QueryRejected
 from dpsql.interrupt import Interrupter
 from dpsql.policy import EngineSpec
 from dpsql.query.engine import EngineError, intersected, number
+from dpsql.query.model import QueryPlan
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 10  # seconds before an unreachable server is reported
@@ -273,6 +275,58 @@ def _string_number(text: str) -> Fraction | None:
         return Fraction(text.strip())
     except (ValueError, ZeroDivisionError):
         return None
+
+
+#: Operators on doubles that PostgreSQL raises on (overflow, division by zero) where
+#: DuckDB gives inf, NaN or NULL: an error after the charge would depend on the rows.
+_RAISING = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow)
+_SAFE = 1e300  # a double below this in magnitude is far from overflowing
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "INT", "INT2", "INT4", "INT8")
+
+
+def check_total(plan: QueryPlan, types: Mapping[str, str]) -> None:
+    """Refuse row conditions whose arithmetic PostgreSQL could raise on (before the charge).
+
+    dpsql's own arithmetic works on clamped values and cannot overflow; an
+    analyst's ``WHERE`` or ``FILTER`` could (``x * 1e300``, ``a / (b - 40)``), and
+    a failure that depends on the rows must not happen once the query is charged.
+    Arithmetic is allowed where every step stays below 1e300 whatever the rows:
+    integer columns, literals, and division by a nonzero literal.
+    """
+    for condition in [plan.where, *(m.filter for m in plan.measures)]:
+        for node in condition.find_all(*_RAISING) if condition is not None else ():
+            if not _magnitude(node, types) < _SAFE:
+                raise QueryRejected(
+                    f"{node.sql(dialect='duckdb')} could overflow or divide by zero on dataset "
+                    f"{plan.dataset.name}, whose rows are in PostgreSQL (it raises there where "
+                    "DuckDB does not)", construct="arithmetic",
+                    advice="use integer columns, literals and division by a nonzero literal, "
+                    "or compare the column itself (x > 10 instead of x * 2 > 20)")
+
+
+def _magnitude(node: exp.Expr, types: Mapping[str, str]) -> float:
+    """An upper bound of ``|node|`` over every row (inf: none is known)."""
+    node = _unwrap(node)
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return abs(float(node.this))
+    if isinstance(node, (exp.Neg, exp.Abs, exp.Round, exp.Cast, exp.Floor, exp.Ceil)):
+        return _magnitude(node.this, types) + 1  # + 1: rounding up
+    if isinstance(node, exp.Column):
+        kind = types.get(node.name, "").upper()
+        return 2.0**64 if kind in _INTEGERS else math.inf
+    if isinstance(node, (exp.Add, exp.Sub)):
+        return _magnitude(node.this, types) + _magnitude(node.expression, types)
+    if isinstance(node, exp.Mul):
+        a, b = _magnitude(node.this, types), _magnitude(node.expression, types)
+        return 0.0 if 0.0 in (a, b) else a * b
+    if isinstance(node, exp.Div):
+        divisor = _unwrap(node.expression)
+        if isinstance(divisor, exp.Cast):
+            divisor = _unwrap(divisor.this)
+        if isinstance(divisor, exp.Literal) and not divisor.is_string \
+                and float(divisor.this) != 0:
+            return _magnitude(node.this, types) / abs(float(divisor.this))
+    return math.inf
 
 
 def to_postgres(query: exp.Expr) -> exp.Expr:

@@ -23,7 +23,7 @@ import sqlglot
 import yaml
 
 import dpsql
-from dpsql.errors import DPSQLError, InternalError, PolicyError, QueryCanceled
+from dpsql.errors import DPSQLError, InternalError, PolicyError, QueryCanceled, QueryRejected
 from dpsql.interrupt import Interrupter
 from dpsql.policy import Policy
 from dpsql.query.engine import EngineError
@@ -250,6 +250,19 @@ def test_engine_down_charges_nothing(pg: pgcluster.Cluster, tmp_path: Path,
         monkeypatch.setenv("DPSQL_TEST_PG_DSN", pg.dsn(password=pgcluster.READER_PASSWORD))
         alice.sql("SELECT COUNT(*) FROM adult")
         assert alice.budget()[0].remaining < before
+
+
+@pytest.mark.parametrize("condition", [
+    "pincp * 1e300 > 0", "agep / (agep - 40) > 1", "pincp + pincp > 0", "agep / 0 > 1",
+    "density / 1e-300 > 1",
+])
+def test_arithmetic_that_could_raise_is_refused_before_the_charge(
+        twins: dict[str, tuple[Path, Path]], condition: str) -> None:
+    with dpsql.connect(twins["acs"][1], "alice") as session:
+        before = session.budget()[0].spent
+        with pytest.raises(QueryRejected, match="could overflow or divide by zero"):
+            session.sql(f"SELECT COUNT(*) FROM acs WHERE {condition}")
+        assert session.budget()[0].spent == before
 
 
 def test_enforced_bounds_from_check_constraints(pg: pgcluster.Cluster) -> None:
