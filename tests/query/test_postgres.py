@@ -23,7 +23,14 @@ import sqlglot
 import yaml
 
 import dpsql
-from dpsql.errors import DPSQLError, InternalError, PolicyError, QueryCanceled, QueryRejected
+from dpsql.errors import (
+    DPSQLError,
+    InternalError,
+    PolicyError,
+    QueryCanceled,
+    QueryRejected,
+    ReleaseError,
+)
 from dpsql.interrupt import Interrupter
 from dpsql.policy import Policy
 from dpsql.query.engine import EngineError
@@ -202,6 +209,14 @@ def test_password_is_never_shown(twins: dict[str, tuple[Path, Path]], tmp_path: 
     assert "reader" in "".join(seen)  # the dsn (without password) is the admin's to see
     for secret in SECRETS:
         assert not any(secret in text for text in seen)
+
+
+def test_release_is_refused_before_the_charge(twins: dict[str, tuple[Path, Path]]) -> None:
+    with dpsql.connect(twins["adult"][1], "admin") as admin:
+        before = admin.budget("admin")[0].spent
+        with pytest.raises(ReleaseError, match="lives in PostgreSQL"):
+            admin.release("adult", synthesizer="independent", name="r", epsilon=1, rows=10)
+        assert admin.budget("admin")[0].spent == before
 
 
 def test_policy_refuses_a_password_in_the_dsn(pg: pgcluster.Cluster) -> None:
