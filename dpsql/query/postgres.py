@@ -330,15 +330,32 @@ def _magnitude(node: exp.Expr, types: Mapping[str, str]) -> float:
 
 
 def to_postgres(query: exp.Expr) -> exp.Expr:
-    """The plan with DuckDB functions PostgreSQL lacks or reads differently rewritten.
+    r"""The plan with DuckDB functions PostgreSQL lacks or reads differently rewritten.
 
     ``isnan(x)`` is ``x = 'NaN'`` (NaN equals itself in PostgreSQL's ordering);
     ``round(x)`` rounds half away from zero as DuckDB's does (PostgreSQL's float
     ``round`` rounds half to even). sqlglot itself writes ``round(x, n)`` as the
     NUMERIC round of ``x`` (PostgreSQL has no float ``round(x, n)``), which can
     differ from DuckDB's in the last digit when ``x`` is a double just below a tie.
+    A LIKE without ESCAPE gets ``ESCAPE ''``: DuckDB's has no escape character, and
+    PostgreSQL's default one (backslash) would both read ``\%`` otherwise and
+    raise, on the rows that reach it, for a pattern ending in it.
     """
+    def operands(like: exp.Expr) -> exp.Expr:  # a replaced node's children are not visited
+        out = like.copy()
+        for key in ("this", "expression"):
+            if isinstance(out.args.get(key), exp.Expr):
+                out.set(key, out.args[key].transform(rewrite))
+        return out
+
     def rewrite(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Escape):  # its own escape character, as written
+            like = node.this
+            inner = operands(like) if isinstance(like, (exp.Like, exp.ILike)) \
+                else like.transform(rewrite)
+            return exp.Escape(this=inner, expression=node.expression.copy())
+        if isinstance(node, (exp.Like, exp.ILike)):
+            return exp.Escape(this=operands(node), expression=exp.Literal.string(""))
         if isinstance(node, exp.IsNan):
             return exp.EQ(this=node.this, expression=_nan())
         if isinstance(node, exp.Round) and node.args.get("decimals") is None:
