@@ -218,3 +218,53 @@ def test_mst_with_a_huge_budget_picks_the_worst_predicted_pair(adult: Source) ->
     scores = [np.abs(c - np.rint(rows * np.outer(probs[a], probs[b]))).sum()
               for (a, b), c in zip(pairs, exact, strict=True)]
     assert selection.pairs[0] == pairs[int(np.argmax(scores))]
+
+
+def test_mst_adds_no_pair_beyond_its_room(adult: Source) -> None:
+    """Room for 5 parameters: a spanning tree of the 5 columns needs at least 13, so MST stops.
+
+    Pairs add (k_a - 1)(k_b - 1): sex x income 1, a 5-valued column with a binary
+    one 4, two 5-valued columns 16; at most two pairs fit.
+    """
+    sizes = dict(zip(adult.domain.names, adult.domain.shape, strict=True))
+    selection = mst.select(adult.relation, adult.domain, [], PrivacyCost.zcdp("0.05"),
+                           PrivacyCost.zcdp("0.05"), room=5)
+    added = sum((sizes[a] - 1) * (sizes[b] - 1) for a, b in selection.pairs)
+    assert 1 <= added <= 5
+    assert selection.stopped.startswith(f"after {len(selection.pairs)} of 4 rounds")
+    assert len(selection.rounds) == len(selection.pairs)
+    assert selection.spent < PrivacyCost.zcdp("0.1")  # the unplayed rounds are not spent
+
+
+@weak_cells
+def test_estimate_bounds_the_selected_model_and_names_the_limit(adult: Source) -> None:
+    """The pre-charge estimate caps MST's model; a base beyond a limit is refused by name."""
+    synth = get("napsu_mq", **FAST, max_parameters="20")
+    found = synth.estimate(adult.domain)
+    assert found.parameters == 20
+    fitted = synth.fit(adult.relation, adult.domain, PrivacyCost.zcdp("0.5"),
+                       np.random.default_rng(0))
+    described = fitted.describe()
+    assert described["model"]["parameters"] <= 20
+    assert described["estimate"]["parameters"] == 20
+    for option, value in [("max_parameters", "10"), ("max_memory_mb", "0.01"),
+                          ("max_minutes", "1e-7")]:
+        with pytest.raises(ConfigurationError, match=f"option {option}"):
+            get("napsu_mq", **FAST, **{option: value}).check(adult.domain,
+                                                              PrivacyCost.zcdp("0.5"))
+
+
+def test_a_refused_release_charges_nothing(tmp_path: Path) -> None:
+    """The limits are checked before the ledger charges: a refusal leaves every budget as it was."""
+    import dpsql
+
+    store = build(tmp_path)
+    store.close()
+    with dpsql.connect(tmp_path / "zcdp.duckdb", "admin") as admin:
+        before = [(b.dataset, b.spent) for b in admin.budget()]
+        with pytest.raises(ConfigurationError, match="option max_parameters"):
+            admin.release("adult", synthesizer="napsu_mq", name="refused", epsilon=0.5,
+                          cliques="age+race+hours_per_week", max_parameters=20)
+        assert [(b.dataset, b.spent) for b in admin.budget()] == before
+        assert not admin.store.cursor().sql(
+            "SELECT * FROM information_schema.tables WHERE table_schema = 'released'").fetchall()

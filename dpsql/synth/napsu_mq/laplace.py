@@ -4,8 +4,14 @@ The optimizer loop runs in Python (SciPy's L-BFGS-B) around one jitted
 value-and-gradient function, compiled once per model structure: no optimizer
 loop is traced into XLA. A run that fails to converge (non-finite values, or the
 iteration limit) restarts from a new random point, as in the paper. The
-Hessian at the mode comes from central differences of the same compiled
-gradient (no fourth-derivative graph to compile); its inverse is the covariance.
+optimizer is preconditioned by the Gauss-Newton matrix (second derivatives of
+log Z only). The Hessian at the mode is exact, by JAX (forward over reverse
+mode), in batches of columns sized to a memory limit, each batch reported to
+the progress display; its inverse is the covariance. An exact Hessian costs
+about ``dim`` gradients, each O(dim^3) (a Cholesky factorization of the
+likelihood's covariance): beyond ``EXACT_HESSIAN_MAX_DIM`` parameters the
+Gauss-Newton matrix (the Fisher information of the likelihood's mean) is used
+instead, and the fit's notes say so.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.scipy.linalg import solve_triangular
 from scipy import optimize
 
 from dpsql.progress import Progress
@@ -25,7 +32,8 @@ from dpsql.synth.napsu_mq import model
 from dpsql.synth.napsu_mq.evidence import Reduced
 from dpsql.synth.napsu_mq.structure import Structure
 
-HESSIAN_STEP = 1e-4
+HESSIAN_BATCH_BYTES = 256 * 2**20  # memory for one batch of Hessian columns
+EXACT_HESSIAN_MAX_DIM = 400  # larger: the Gauss-Newton matrix (an exact one is O(dim^4))
 HESSIAN_FLOOR = 1e-2  # the prior's curvature 1 / prior_sd^2 with the default prior_sd = 10
 NEWTON_DECREMENT = 1e-8
 
@@ -79,6 +87,11 @@ def fit(structure: Structure, reduced: Reduced, prior_sd: float, rng: np.random.
             return np.inf, np.zeros_like(x)
         return value, np.asarray(grad, dtype=np.float64)
 
+    gn = gauss_newton(structure)
+
+    def curvature(x: np.ndarray) -> np.ndarray:
+        return np.asarray(gn(jnp.asarray(x), evidence))
+
     x0 = np.zeros(dim)
     x0[: structure.dim] = independent_start(structure, reduced)
     notes: list[str] = []
@@ -91,7 +104,7 @@ def fit(structure: Structure, reduced: Reduced, prior_sd: float, rng: np.random.
     best: tuple[float, np.ndarray] | None = None
     converged = False
     for attempt in range(restarts + 1):
-        x, converged, message = _minimize(value_grad, x0, max_iter, tick)
+        x, converged, message = _minimize(value_grad, curvature, x0, max_iter, tick)
         value = value_grad(x)[0]
         if best is None or value < best[0]:
             best = (value, x)
@@ -101,23 +114,29 @@ def fit(structure: Structure, reduced: Reduced, prior_sd: float, rng: np.random.
         x0 = rng.normal(0.0, 1.0, dim)
     assert best is not None
     x = best[1]
-    hessian = _hessian(value_grad, x)
+    if dim <= EXACT_HESSIAN_MAX_DIM:
+        hessian = exact_hessian(structure, evidence, x, progress)
+    else:
+        hessian = curvature(x)
+        notes.append(f"covariance from the Gauss-Newton matrix ({dim} parameters > "
+                     f"{EXACT_HESSIAN_MAX_DIM}: an exact Hessian is O(dim^4))")
     cov, note = _inverse(hessian)
     if note:
         notes.append(note)
     _, grad = value_grad(x)
-    return Laplace(x, cov, converged, done[0], len(notes) - (1 if note else 0),
+    restarted = sum(n.startswith("attempt") for n in notes)
+    return Laplace(x, cov, converged, done[0], restarted,
                    float(np.max(np.abs(grad))), time.perf_counter() - start, notes)
 
 
-def _minimize(value_grad: Any, x0: np.ndarray, max_iter: int, tick: Any,
+def _minimize(value_grad: Any, curvature: Any, x0: np.ndarray, max_iter: int, tick: Any,
               rounds: int = 4) -> tuple[np.ndarray, bool, str]:
-    """L-BFGS preconditioned by the Hessian (whitened coordinates), refreshed a few times.
+    """L-BFGS preconditioned by ``curvature`` (whitened coordinates), refreshed a few times.
 
     Rare cells leave directions that are orders of magnitude flatter than
     others; plain L-BFGS crawls along them for thousands of iterations. A short
     plain run gets near the mode, then each round whitens with the current
-    Hessian (eigenvalues floored) so the remaining problem is well conditioned.
+    Gauss-Newton matrix (eigenvalues floored) so the remaining problem is well conditioned.
     Converged when the Newton decrement g^T H^-1 g is negligible.
     """
     used = 0
@@ -127,7 +146,7 @@ def _minimize(value_grad: Any, x0: np.ndarray, max_iter: int, tick: Any,
     if not np.isfinite(result.fun):
         return x, False, "non-finite posterior at the start point"
     for _ in range(rounds):
-        values, vectors = np.linalg.eigh(_hessian(value_grad, x))
+        values, vectors = np.linalg.eigh(curvature(x))
         scale = vectors / np.sqrt(np.maximum(np.abs(values), HESSIAN_FLOOR))
 
         def whitened(y: np.ndarray, x: np.ndarray = x, scale: np.ndarray = scale
@@ -168,14 +187,64 @@ def independent_start(structure: Structure, reduced: Reduced) -> np.ndarray:
     return theta
 
 
-def _hessian(value_grad: Any, x: np.ndarray) -> np.ndarray:
-    """Central differences of the gradient, symmetrized."""
+@lru_cache(maxsize=32)
+def gauss_newton(structure: Structure) -> Any:
+    """Jitted Gauss-Newton matrix J' C^-1 J + prior of ``(phi, evidence)``, a preconditioner.
+
+    J is the Jacobian of the likelihood's mean n [1, mu(theta)] (second
+    derivatives of log Z), C the likelihood's covariance: the curvature of the
+    log posterior without the terms that differentiate C, which are small near
+    the mode and cost third and fourth derivatives.
+    """
+    def matrix(phi: jax.Array, evidence: model.Evidence) -> jax.Array:
+        def mean(p: jax.Array) -> jax.Array:
+            mu = jax.grad(lambda t: model.log_z(structure, t))(p[: structure.dim])
+            return model.records(structure, p, evidence) * jnp.concatenate(
+                [jnp.ones(1, mu.dtype), mu])
+        jac = jax.jacfwd(mean)(phi)
+        chol = jnp.linalg.cholesky(model.likelihood_covariance(structure, phi, evidence))
+        white = solve_triangular(chol, jac, lower=True)
+        prior = jnp.zeros(phi.shape[0], phi.dtype).at[: structure.dim].set(
+            1 / evidence.prior_sd**2)
+        return white.T @ white + jnp.diag(prior)
+    return jax.jit(matrix)
+
+
+@lru_cache(maxsize=32)
+def hessian_columns(structure: Structure) -> Any:
+    """Jitted ``(phi, evidence, directions) -> H @ directions.T`` of the negative log posterior.
+
+    Forward mode over the compiled reverse-mode gradient, one tangent per
+    direction (vmapped): exact, and one compile per structure and batch size.
+    """
+    grad = jax.grad(lambda phi, evidence: -model.log_posterior(structure, phi, evidence))
+
+    def columns(phi: jax.Array, evidence: model.Evidence, directions: jax.Array) -> jax.Array:
+        return jax.vmap(lambda v: jax.jvp(lambda p: grad(p, evidence), (phi,), (v,))[1],
+                        out_axes=1)(directions)
+    return jax.jit(columns)
+
+
+def hessian_batch(dim: int) -> int:
+    """Hessian columns per batch: a column's graph holds a few dim x dim matrices."""
+    return int(min(dim, max(1, HESSIAN_BATCH_BYTES // (4 * 8 * dim * dim))))
+
+
+def exact_hessian(structure: Structure, evidence: model.Evidence, x: np.ndarray,
+                  progress: Progress) -> np.ndarray:
+    """The Hessian of the negative log posterior at ``x`` by autodiff, batch by batch."""
     dim = x.size
+    batch = hessian_batch(dim)
+    columns = hessian_columns(structure)
+    phi = jnp.asarray(x)
     out = np.empty((dim, dim))
-    for i in range(dim):
-        step = np.zeros(dim)
-        step[i] = HESSIAN_STEP
-        out[:, i] = (value_grad(x + step)[1] - value_grad(x - step)[1]) / (2 * HESSIAN_STEP)
+    for start in range(0, dim, batch):
+        stop = min(dim, start + batch)
+        directions = np.zeros((batch, dim))  # a fixed shape: one compile per structure
+        directions[np.arange(stop - start), np.arange(start, stop)] = 1.0
+        out[:, start:stop] = np.asarray(columns(phi, evidence, jnp.asarray(directions))
+                                        )[:, : stop - start]
+        progress("laplace hessian", stop, dim)
     return (out + out.T) / 2
 
 

@@ -6,7 +6,9 @@
    between the counts and the (public, rounded) prediction.
 3. Starting from the components the required cliques already join, add
    ``components - 1`` pairs, Kruskal style: each round the exponential mechanism
-   picks one pair among those joining two components.
+   picks one pair among those joining two components whose parameters still fit
+   in ``room`` (public: the pair's domain sizes); when none fits, selection
+   stops with a forest and the remaining rounds' share is not spent.
 
 Privacy: the 1-way marginals cost their share (see
 :func:`dpsql.synth.measure.measure_marginals`). A score is an integer L1
@@ -40,12 +42,13 @@ class Selection:
     oneway: tuple[Measurement, ...]
     rounds: tuple[dict[str, Any], ...]
     spent: PrivacyCost
+    stopped: str = ""  # why selection ended before a spanning tree, if it did
 
     def describe(self) -> dict[str, Any]:
         """JSON-able record for the provenance (no private values)."""
         return {"method": "mst", "pairs": [list(p) for p in self.pairs],
                 "oneway": [m.describe() for m in self.oneway], "rounds": list(self.rounds),
-                "cost": self.spent.as_dict()}
+                "cost": self.spent.as_dict(), "stopped": self.stopped}
 
 
 def components(names: Sequence[str], cliques: Sequence[Sequence[str]]) -> dict[str, str]:
@@ -78,8 +81,13 @@ def independent_prediction(oneway: Sequence[Measurement]) -> tuple[dict[str, np.
 
 
 def select(source: duckdb.DuckDBPyRelation, domain: Domain, required: Sequence[Sequence[str]],
-           oneway_budget: PrivacyCost, select_budget: PrivacyCost) -> Selection:
-    """Run MST selection on top of the ``required`` cliques."""
+           oneway_budget: PrivacyCost, select_budget: PrivacyCost,
+           room: float = float("inf")) -> Selection:
+    """Run MST selection on top of the ``required`` cliques, adding at most ``room`` parameters.
+
+    A pair joining two components adds (k_a - 1)(k_b - 1) canonical parameters
+    to a model holding every 1-way marginal.
+    """
     names = list(domain.names)
     oneway = measure_marginals(source, domain, [(c,) for c in names], oneway_budget)
     spent = sum((m.cost for m in oneway), PrivacyCost.zero("zcdp"))
@@ -100,13 +108,22 @@ def select(source: duckdb.DuckDBPyRelation, domain: Domain, required: Sequence[S
     chosen: list[tuple[str, str]] = []
     log = []
     joined = list(required)
+    sizes = dict(zip(names, domain.shape, strict=True))
+    added = [(sizes[a] - 1) * (sizes[b] - 1) for a, b in candidates]
+    stopped = ""
     for _ in range(rounds):
         groups = components(names, joined)
-        live = [i for i, (a, b) in enumerate(candidates) if groups[a] != groups[b]]
+        live = [i for i, (a, b) in enumerate(candidates)
+                if groups[a] != groups[b] and added[i] <= room]
+        if not live:
+            stopped = (f"after {len(chosen)} of {rounds} rounds: no pair joining two "
+                       "components fits in max_parameters")
+            break
         pick = live[mechanism.select(np.asarray([scores[i] for i in live], dtype=np.int64))]
+        room -= added[pick]
         chosen.append(candidates[pick])
         joined.append(candidates[pick])
         spent = spent + mechanism.cost("zcdp")
         log.append({"pair": list(candidates[pick]), "candidates": len(live),
                     "epsilon": float(mechanism.epsilon), "cost": mechanism.cost().as_dict()})
-    return Selection(tuple(chosen), tuple(oneway), tuple(log), spent)
+    return Selection(tuple(chosen), tuple(oneway), tuple(log), spent, stopped)

@@ -32,6 +32,7 @@ from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.synth.base import SynthesizerWarning, register
 from dpsql.synth.measure import measure_marginals
+from dpsql.synth.napsu_mq import estimate as cost_estimate
 from dpsql.synth.napsu_mq import laplace as laplace_step
 from dpsql.synth.napsu_mq import mst, nuts
 from dpsql.synth.napsu_mq import posterior as post
@@ -43,7 +44,6 @@ from dpsql.synth.napsu_mq.structure import Structure
 STATE_VERSION = 1
 SAMPLINGS = ("random", "rounded", "predictive")
 PREDICTIVE_DRAWS = 100  # posterior draws one ``sampling=predictive`` copy is spread over
-MAX_PARAMETERS = 3000
 RHAT_LIMIT = 1.01
 MIN_ESS = 400
 WEAK_FRACTION = 0.5  # Laplace sd above this share of prior_sd: weakly identified
@@ -84,6 +84,10 @@ class NapsuMQ:
     generates MST's data) or ``predictive`` (the rows spread over 100 posterior
     draws, each part rounded: on Adult the lowest workload error of one copy).
     Only ``random`` copies may be combined with Rubin's rules; the others warn.
+    Before any charge the largest model the options allow is estimated from the
+    domain (parameters, memory, minutes; :mod:`.estimate`) and refused beyond
+    ``max_parameters``, ``max_memory_mb`` or ``max_minutes``; MST selection
+    stops adding pairs at ``max_parameters``.
     """
 
     cliques: tuple[tuple[str, ...], ...] = ()
@@ -106,6 +110,9 @@ class NapsuMQ:
     prior_sd: float = 10.0
     keep_draws: int = 1000
     sampling: str = "random"
+    max_parameters: int = 1000
+    max_memory_mb: float = 4096
+    max_minutes: float = 30
 
     name = "napsu_mq"
     is_dp = True
@@ -134,6 +141,8 @@ class NapsuMQ:
             (self.keep_draws >= 1, "keep_draws must be positive"),
             (self.laplace_iterations >= 1 and self.restarts >= 0,
              "laplace_iterations must be positive and restarts non-negative"),
+            (self.max_parameters >= 1 and self.max_memory_mb > 0 and self.max_minutes > 0,
+             "max_parameters, max_memory_mb and max_minutes must be positive"),
         ]
         for ok, message in checks:
             if not ok:
@@ -148,13 +157,29 @@ class NapsuMQ:
                 "accounting: zcdp (budgets can still be written as epsilon and delta)")
         if budget.is_zero:
             raise ConfigurationError("napsu_mq needs a positive budget")
-        self._required(domain)
+        self.estimate(domain)
+
+    def estimate(self, domain: Domain) -> cost_estimate.Estimate:
+        """The largest model these options can build on ``domain``; refused beyond the limits."""
+        required = self._required(domain)
+        base = cost_estimate.base_structure(domain.names, domain.shape, required)
+        extra = 0
+        if self.select == "mst":
+            sizes = dict(zip(domain.names, domain.shape, strict=True))
+            extra = cost_estimate.heaviest_forest(sizes, required)
+        limits = cost_estimate.Limits(self.max_parameters, self.max_memory_mb, self.max_minutes)
+        iterations = self.pilot_warmup + self.pilot_samples + self.warmup + self.samples
+        return cost_estimate.largest_fitting(
+            base, extra, limits, nuts=self.inference == "nuts", chains=self.chains,
+            iterations=iterations, jumps=self.jumps, keep=self.keep_draws,
+            workers=self.workers)
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedNapsuMQ:
         """Measure, infer the posterior, and return a model that samples copies."""
         progress = progress or silent
         self.check(domain, budget)
+        found = self.estimate(domain)
         required = self._required(domain)
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
@@ -166,7 +191,9 @@ class NapsuMQ:
             progress("select", 0, 1)
             half = self.select_share / 2
             oneway_part, select_part, measure_part = budget.split([half, half, 1 - 2 * half])
-            selection = mst.select(source, domain, required, oneway_part, select_part)
+            base = cost_estimate.base_structure(domain.names, domain.shape, required).dim
+            selection = mst.select(source, domain, required, oneway_part, select_part,
+                                   room=found.parameters - base)
             cliques = [*required, *selection.pairs]
             observed += [Observed((index[m.columns[0]],), m.noisy, m.variance)
                          for m in selection.oneway]
@@ -178,11 +205,10 @@ class NapsuMQ:
             covered = {c for clique in required for c in clique}
             cliques = [*required, *((c,) for c in domain.names if c not in covered)]
             measure_part = budget
-        structure = Structure.build(domain.shape, [[index[c] for c in q] for q in cliques])
-        if structure.dim > MAX_PARAMETERS:
-            raise ConfigurationError(
-                f"the chosen marginals give {structure.dim:,} parameters (limit "
-                f"{MAX_PARAMETERS:,}); choose fewer or coarser columns or smaller cliques")
+        covered = {c for clique in cliques for c in clique}  # a forest may leave columns out
+        scopes = [*cliques, *((c,) for c in domain.names if c not in covered)]
+        structure = Structure.build(domain.shape, [[index[c] for c in q] for q in scopes])
+        assert structure.dim <= found.parameters, "the pre-charge estimate is a bound"
         t1 = time.perf_counter()
         progress("measure", 0, 1)
         measured = measure_marginals(source, domain, cliques, measure_part)
@@ -233,10 +259,11 @@ class NapsuMQ:
             rows["posterior_sd"] = reduced.n_scale * float(sd[-1])
         info = {
             "parameters": asdict(self),
-            "model": {"cliques": [list(q) for q in cliques], "parameters": structure.dim,
+            "model": {"cliques": [list(q) for q in scopes], "parameters": structure.dim,
                       "rows": rows,
                       "junction_tree": [[domain.names[j] for j in c] for c in structure.tree],
                       "noise_variance": "sigma^2 of the discrete Gaussian (an upper bound)"},
+            "estimate": found.describe(),
             "measurements": [m.describe() for m in measured],
             **described,
             "diagnostics": diagnostics,
