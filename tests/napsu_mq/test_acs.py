@@ -39,7 +39,8 @@ def test_the_default_limits_fit_acs10_by_capping_mst(inference: str) -> None:
     found = synth.estimate(domain)
     assert base.dim < found.parameters < base.dim + forest
     assert found.parameters <= synth.max_parameters
-    assert found.minutes <= synth.max_minutes and found.memory_mb <= synth.max_memory_mb
+    assert found.minutes <= synth.max_minutes
+    assert found.memory_mb <= synth.max_memory_mb
     bigger = get("napsu_mq", inference=inference, max_parameters=3000,
                  max_minutes=synth.max_minutes * 100)
     assert bigger.estimate(domain).parameters == 2249  # the limits bind, nothing else
