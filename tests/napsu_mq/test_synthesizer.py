@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import dpsql
 from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
@@ -23,7 +24,8 @@ from dpsql.synth.napsu_mq import posterior as post
 from dpsql.synth.napsu_mq.model import compiled_marginals
 from dpsql.synth.napsu_mq.structure import Structure
 from dpsql.synth.napsu_mq.synthesizer import FittedNapsuMQ
-from tests.napsu_mq.conftest import Source, build
+from tests.conftest import ADULT_SAMPLE
+from tests.napsu_mq.conftest import POLICY, Source, build
 
 FAST = {"inference": "laplace", "laplace_iterations": "3000"}
 # The Adult sample has near-empty cells (age 68-84 with rare categories): Laplace fits
@@ -256,11 +258,11 @@ def test_estimate_bounds_the_selected_model_and_names_the_limit(adult: Source) -
 
 def test_a_refused_release_charges_nothing(tmp_path: Path) -> None:
     """The limits are checked before the ledger charges: a refusal leaves every budget as it was."""
-    import dpsql
-
-    store = build(tmp_path)
-    store.close()
-    with dpsql.connect(tmp_path / "zcdp.duckdb", "admin") as admin:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.format(accounting="zcdp", delta="delta: 1.0e-6\n").replace(
+        "    table: adult\n", "    table: adult\n    synthesizers: [napsu_mq]\n"))
+    dpsql.init(tmp_path / "store.duckdb", policy, {"adult": ADULT_SAMPLE})[0].close()
+    with dpsql.connect(tmp_path / "store.duckdb", "admin") as admin:
         before = [(b.dataset, b.spent) for b in admin.budget()]
         with pytest.raises(ConfigurationError, match="option max_parameters"):
             admin.release("adult", synthesizer="napsu_mq", name="refused", epsilon=0.5,
