@@ -229,7 +229,7 @@ def test_exact_hessian_matches_finite_differences_in_small_batches(
                              - np.asarray(grad(jnp.asarray(phi - step * e)))) / (2 * step)
                             for e in np.eye(phi.size)], axis=1)
     np.testing.assert_allclose(got, (numeric + numeric.T) / 2, rtol=1e-5, atol=1e-5)
-    assert seen == [*range(3, phi.size, 3), phi.size]  # progress after every batch
+    assert seen == [0, *range(3, phi.size, 3), phi.size]  # at the start, after each batch
 
 
 def test_gauss_newton_is_the_hessian_of_the_plugin_posterior_at_a_perfect_fit() -> None:

@@ -238,6 +238,7 @@ def exact_hessian(structure: Structure, evidence: model.Evidence, x: np.ndarray,
     columns = hessian_columns(structure)
     phi = jnp.asarray(x)
     out = np.empty((dim, dim))
+    progress("laplace hessian", 0, dim)  # the first batch compiles: show the stage at once
     for start in range(0, dim, batch):
         stop = min(dim, start + batch)
         directions = np.zeros((batch, dim))  # a fixed shape: one compile per structure
