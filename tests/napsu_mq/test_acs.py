@@ -54,7 +54,7 @@ def shared_acs() -> Path:
     pytest.skip("the ACS excerpt (shared/data/acs) is not here")
 
 
-@pytest.mark.slow  # about ten minutes on two cores (docs/napsu_mq.md)
+@pytest.mark.slow  # over 30 minutes on two shared cores, not yet run to the end (docs/napsu_mq.md)
 @pytest.mark.filterwarnings("ignore::dpsql.synth.napsu_mq.DiagnosticsWarning")
 def test_laplace_fits_acs10_within_its_estimate(tmp_path: Path) -> None:
     text = (ROOT / "policies" / "acs.yaml").read_text().replace("budget: {epsilon: 10}",
