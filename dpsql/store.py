@@ -5,7 +5,8 @@ log, release provenance and credentials; ``released`` holds synthetic tables.
 Every connection dpsql opens on a store is hardened: external access off
 (no files, no URLs, no ATTACH), extension install and autoload off,
 configuration locked. Files are read by a separate in-memory DuckDB
-(:func:`read_file`) and written by pyarrow, never by the store's connection.
+(:func:`open_file`), never by the store's connection, and imported as a stream
+of Arrow batches (memory does not grow with rows); files are written by pyarrow.
 
 DuckDB lets one process open a file for writing at a time (its file lock); a
 second process gets :class:`StoreError` instead of a corrupt file. Within the
@@ -40,6 +41,7 @@ from dpsql.policy import Dataset, Policy, did_you_mean
 from dpsql.synth.base import known_names
 
 SCHEMA_VERSION = 6
+IMPORT_BATCH_ROWS = 122_880  # rows per Arrow batch streamed into the store: a DuckDB row group
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -154,10 +156,12 @@ def normalize_name(name: str) -> str:
     return clean
 
 
-def read_file(path: str | Path, *, na: str | None = None) -> pa.Table:
-    """Read a CSV or Parquet file into Arrow with a private in-memory DuckDB.
+@contextmanager
+def open_file(path: str | Path, *, na: str | None = None) -> Iterator[duckdb.DuckDBPyRelation]:
+    """The rows of a CSV or Parquet file, as a relation of a private in-memory DuckDB.
 
-    The store's own connection never touches the file system.
+    The store's own connection never touches the file system; the relation is
+    read lazily (stream it with :func:`batches`), and its DuckDB closes on exit.
     """
     path = Path(path)
     if not path.is_file():
@@ -165,20 +169,43 @@ def read_file(path: str | Path, *, na: str | None = None) -> pa.Table:
     suffix = "".join(path.suffixes).lower()
     reader = duckdb.connect(":memory:")
     try:
-        if suffix.endswith(".parquet"):
-            rel = reader.read_parquet(str(path))
-        elif suffix.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
-            options: dict[str, Any] = {}
-            if na is not None:
-                options["na_values"] = [na]
-            rel = reader.read_csv(str(path), **options)
-        else:
-            raise ConfigurationError(f"cannot import {path.name}: use a .csv or .parquet file")
-        return rel.to_arrow_table()
-    except duckdb.Error as err:
-        raise ConfigurationError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
+        with _reading(path):
+            if suffix.endswith(".parquet"):
+                rel = reader.read_parquet(str(path))
+            elif suffix.endswith((".csv", ".csv.gz", ".tsv", ".txt")):
+                options: dict[str, Any] = {}
+                if na is not None:
+                    options["na_values"] = [na]
+                rel = reader.read_csv(str(path), **options)
+            else:
+                raise ConfigurationError(f"cannot import {path.name}: use a .csv or .parquet file")
+        yield rel
     finally:
         reader.close()
+
+
+def read_file(path: str | Path, *, na: str | None = None) -> pa.Table:
+    """Read a CSV or Parquet file into Arrow (all of it in memory; see :func:`open_file`)."""
+    with open_file(path, na=na) as rel, _reading(Path(path)):
+        return rel.to_arrow_table()
+
+
+def batches(rel: duckdb.DuckDBPyRelation) -> pa.RecordBatchReader:
+    """Stream ``rel`` as Arrow record batches, so memory holds a few batches, never the file."""
+    return rel.to_arrow_reader(IMPORT_BATCH_ROWS)
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """Turn errors while reading ``path`` into a ConfigurationError.
+
+    A streamed file's reader fails with an OSError (a bad value past the rows
+    DuckDB sniffed, when its batch is read).
+    """
+    try:
+        yield
+    except (duckdb.Error, OSError) as err:
+        raise ConfigurationError(f"cannot read {path}: {str(err).splitlines()[0]}") from err
 
 
 def _file_identity(path: Path) -> tuple[int, int] | None:
@@ -395,38 +422,55 @@ class Store:
         times).
         """
         check_identifier(name, "table name")
-        data = read_file(path, na=na)
-        renames: dict[str, str] = {}
-        if normalize:
-            names = [normalize_name(c) for c in data.column_names]
-            if len(set(names)) != len(names):
-                raise ConfigurationError(f"{path}: column names collide once normalized; "
-                                         "import with --keep-names")
-            pairs = zip(data.column_names, names, strict=True)
-            renames = {old: new for old, new in pairs if old != new}
-            data = data.rename_columns(names)
-        with self.transaction() as cur:
-            if name in self.tables() and not replace:
-                raise ConfigurationError(f"table {name!r} already exists; pass --replace to "
-                                         "overwrite it")
-            cur.register("_dpsql_import", data)
-            source = cur.sql("SELECT * FROM _dpsql_import")
-            types = {c: str(t) for c, t in zip(source.columns, source.types, strict=True)}
-            rows = "_dpsql_import"
-            if prepare is not None:
-                rows = "temp._dpsql_staged"
-                cur.execute("CREATE OR REPLACE TEMP TABLE _dpsql_staged AS SELECT * FROM "
-                            "_dpsql_import")
-                prepare(cur, rows, types)
-            checks = _enforced_checks(cur, rows, types, bounds or {}, path)
+        path = Path(path)
+        with open_file(path, na=na) as rel:
+            renames: dict[str, str] = {}
+            if normalize:
+                names = [normalize_name(c) for c in rel.columns]
+                if len(set(names)) != len(names):
+                    raise ConfigurationError(f"{path}: column names collide once normalized; "
+                                             "import with --keep-names")
+                renames = {old: new for old, new in zip(rel.columns, names, strict=True)
+                           if old != new}
+                rel = rel.select(", ".join(f"{quote(old)} AS {quote(new)}"
+                                           for old, new in zip(rel.columns, names, strict=True)))
+            with self.transaction() as cur:
+                if name in self.tables() and not replace:
+                    raise ConfigurationError(f"table {name!r} already exists; pass --replace "
+                                             "to overwrite it")
+                self._store_rows(cur, name, rel, path, bounds or {}, prepare)
+        return renames
+
+    def _store_rows(self, cur: duckdb.DuckDBPyConnection, name: str,
+                    rel: duckdb.DuckDBPyRelation, path: Path,
+                    bounds: Mapping[str, tuple[float, float]],
+                    prepare: Callable[[duckdb.DuckDBPyConnection, str, Mapping[str, str]],
+                                      None] | None) -> None:
+        """Stream ``rel`` into table ``name``, then check (and ``prepare``) it there.
+
+        The rows go to the store file batch by batch, never all into memory. A table
+        with enforced bounds is staged first: DuckDB cannot add a CHECK constraint to
+        a table, so the checked rows are copied into one declared with them.
+        """
+        final = f"main.{quote(name)}"
+        rows = "dpsql.import_staged" if set(bounds) & set(rel.columns) else final
+        with _reading(path), batches(rel) as stream:
+            cur.execute(f"DROP TABLE IF EXISTS {rows}")
+            cur.from_arrow(stream.schema.empty_table()).create(rows)
+            for batch in stream:  # registering each batch instead would keep them all alive
+                cur.from_arrow(batch).insert_into(rows)
+        source = cur.sql(f"SELECT * FROM {rows}")
+        types = {c: str(t) for c, t in zip(source.columns, source.types, strict=True)}
+        if prepare is not None:
+            prepare(cur, rows, types)
+        checks = _enforced_checks(cur, rows, types, bounds, path)
+        if rows != final:
             columns = ", ".join(
                 f"{quote(c)} {t}" + (f" CHECK ({checks[c]})" if c in checks else "")
                 for c, t in types.items())
-            cur.execute(f"CREATE OR REPLACE TABLE main.{quote(name)} ({columns})")
-            cur.execute(f"INSERT INTO main.{quote(name)} SELECT * FROM {rows}")
-            cur.execute("DROP TABLE IF EXISTS temp._dpsql_staged")
-            cur.unregister("_dpsql_import")
-        return renames
+            cur.execute(f"CREATE OR REPLACE TABLE {final} ({columns})")
+            cur.execute(f"INSERT INTO {final} SELECT * FROM {rows}")
+            cur.execute(f"DROP TABLE {rows}")
 
     # -- policy lifecycle -----------------------------------------------------------------
     def policy_version(self) -> int:

@@ -126,6 +126,50 @@ def test_import_reads_na_as_null(store_path, tmp_path):
     assert rows == [(None, 1), (2, None)]
 
 
+def _main_tables(store: Store) -> list[str]:
+    return [r[0] for r in store.cursor().execute(
+        "SELECT schema_name || '.' || table_name FROM duckdb_tables() ORDER BY 1").fetchall()
+        if not r[0].startswith("dpsql.") or r[0] == "dpsql.import_staged"]
+
+
+def test_import_streams_batches_and_keeps_types_and_rows(store_path, tmp_path, monkeypatch):
+    monkeypatch.setattr("dpsql.store.IMPORT_BATCH_ROWS", 3)  # the 10 rows in 4 batches
+    data = tmp_path / "t.parquet"
+    duckdb.sql(f"COPY (SELECT i::INTEGER AS n, 'v' || i AS s, i / 4 AS x FROM range(10) t(i)) "
+               f"TO '{data}' (FORMAT parquet)")
+    with Store.open(store_path) as store:
+        store.import_table("t", data, bounds={"n": (0, 9)})
+        assert store.table_columns("t") == {"n": "INTEGER", "s": "VARCHAR", "x": "DOUBLE"}
+        rows = store.cursor().execute("SELECT n, s, x FROM t ORDER BY n").fetchall()
+        assert rows == [(i, f"v{i}", i / 4) for i in range(10)]
+        assert "main.t" in _main_tables(store)
+        assert "dpsql.import_staged" not in _main_tables(store)
+
+
+def test_import_of_a_header_only_file_keeps_its_columns(store_path, tmp_path):
+    csv = tmp_path / "h.csv"
+    csv.write_text("a,b\n")
+    with Store.open(store_path) as store:
+        store.import_table("h", csv)
+        assert list(store.table_columns("h")) == ["a", "b"]
+        assert store.cursor().execute("SELECT count(*) FROM h").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("bounds", [None, {"a": (0, 10)}], ids=["direct", "staged"])
+def test_a_bad_value_after_some_batches_leaves_nothing_behind(store_path, tmp_path,
+                                                              monkeypatch, bounds):
+    monkeypatch.setattr("dpsql.store.IMPORT_BATCH_ROWS", 1000)
+    csv = tmp_path / "late.csv"  # past the rows DuckDB's sniffer reads: found while streaming
+    csv.write_text("a,b\n" + "1,2\n" * 30_000 + "x,2\n")
+    with Store.open(store_path) as store:
+        store.import_table("late", ADULT_SAMPLE)
+        before = _main_tables(store)
+        with pytest.raises(ConfigurationError, match=r"cannot read .*late\.csv"):
+            store.import_table("late", csv, replace=True, bounds=bounds)
+        assert _main_tables(store) == before
+        assert store.cursor().execute("SELECT count(*) FROM late").fetchone() == (5000,)
+
+
 def test_policy_must_match_the_tables(store_path):
     with Store.open(store_path) as store:
         missing_col = Policy.from_text(policy_text(columns="\n      salary: {type: float, "
