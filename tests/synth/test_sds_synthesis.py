@@ -79,6 +79,22 @@ def test_same_seed_same_records(fitted: FittedSDS) -> None:
     assert not a.equals(c)
 
 
+@pytest.mark.parametrize(("synthetic", "percentile"), [(True, 95), (False, 30)],
+                         ids=["synthetic_counts_95", "counts_30"])
+def test_dense_look_ups_sample_exactly_what_sorted_keys_do(fitted: FittedSDS, monkeypatch,
+                                                           synthetic: bool,
+                                                           percentile: int) -> None:
+    """The dense pair and triple tables (filled in every order of a tuple's items, so the
+    loop never sorts) only speed up the look-ups: the same seed gives the same records as
+    the released tables' sorted keys, so the speed-up cannot have moved the distribution."""
+    assert {2, 3} <= set(Weights(fitted.items, fitted.aggregates.levels, 1.0, True)._dense)
+    fast = sampler(fitted, synthetic, percentile).sample(800, 800, np.random.default_rng(5))
+    monkeypatch.setattr("dpsql.synth.sds.synthesis.DENSE_TUPLES", 0)
+    slow = sampler(fitted, synthetic, percentile).sample(800, 800, np.random.default_rng(5))
+    assert np.array_equal(fast[0], slow[0])
+    assert fast[1] == slow[1]
+
+
 def test_zero_rows_and_bad_counts(fitted: FittedSDS) -> None:
     assert fitted.sample(0, np.random.default_rng(0)).num_rows == 0
     with pytest.raises(ConfigurationError):
@@ -176,7 +192,9 @@ def test_incremental_state_equals_a_fresh_computation(fitted: FittedSDS) -> None
             keep = np.isin(stepwise.owner, rows) & (
                 fitted.items.column[stepwise.cand]
                 != fitted.items.column[np.maximum(chosen, 0)[stepwise.owner]])
-            stepwise = synth._extend(stepwise.take(keep), chosen, replay, synth.length, weights)
+            extend = np.flatnonzero(keep)
+            stepwise = stepwise.take(extend[synth._extend(stepwise, extend, chosen, replay,
+                                                          synth.length, weights)])
             replay.add(rows, chosen[rows], fitted.items.column[chosen[rows]])
         done = partial.size == steps
         a = {(o, c): i for i, (o, c) in enumerate(zip(fresh.owner, fresh.cand, strict=True))
@@ -343,10 +361,10 @@ def half_filled(items: Items, n: int, rng: np.random.Generator) -> _Batch:
 def test_the_paired_pass_draws_each_value_from_its_best_anchor(monkeypatch, dense: bool) -> None:
     """b is explained fully by a, half by g: drawn with a, it always matches a // 3."""
     if not dense:
-        monkeypatch.setattr("dpsql.synth.sds.synthesis.DENSE_PAIRS", 0)
+        monkeypatch.setattr("dpsql.synth.sds.synthesis.DENSE_TUPLES", 0)
     items, levels, synth = determined()
     weights = Weights(items, levels, 1.0, True)
-    assert (weights._pairs is not None) == dense
+    assert (2 in weights._dense) == dense
     allowance = weights.single.copy()
     start = allowance.copy()
     rng = np.random.default_rng(1)

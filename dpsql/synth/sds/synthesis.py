@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from itertools import combinations
+from itertools import combinations, permutations
 from typing import Any
 
 import numpy as np
@@ -60,7 +60,7 @@ from dpsql.synth.sds.tuples import EMPTY, Items
 
 PAIRS_PER_BATCH = 200_000  # (record, candidate) pairs alive at the start of a batch
 SUBSETS_AT_ONCE = 32  # sub-combinations merged into a new pair's state at a time
-DENSE_PAIRS = 1 << 24  # items^2 up to which pairs are looked up in a dense matrix
+DENSE_TUPLES = 1 << 24  # items^k up to which k-tuples (k = 2, 3) are looked up densely
 
 
 @dataclass(frozen=True)
@@ -87,28 +87,34 @@ class Weights:
         self.used = [np.zeros(len(lv.table) + 1) for lv in levels]
         self.single = (levels[0].table.get(np.arange(items.count)).astype(np.float64)
                        if levels else np.zeros(items.count))
-        self._pairs: np.ndarray | None = None  # item x item -> pair position, when it fits
-        if len(levels) > 1 and items.count**2 <= DENSE_PAIRS:
-            self._pairs = np.full((items.count, items.count), -1, dtype=np.int64)
-            rows2 = levels[1].rows
-            self._pairs[rows2[:, 0], rows2[:, 1]] = np.arange(len(rows2))
+        # k -> item^k array of table positions, filled in every order of a tuple's items
+        self._dense = {lv.k: _every_order(lv.rows, items.count) for lv in levels[1:3]
+                       if items.count**lv.k <= DENSE_TUPLES}
 
     def positions(self, tuples: np.ndarray) -> np.ndarray:
         """Table positions of sorted item tuples (..., k), -1 where not released."""
         k = tuples.shape[-1]
-        if k == 2 and self._pairs is not None:
-            return self._pairs[tuples[..., 0], tuples[..., 1]]
+        if k in self._dense:
+            return self._dense[k][tuple(tuples[..., j] for j in range(k))]
         table = self.levels[k - 1].table
         return table.find(table.space.item_keys(self.items, tuples))
 
-    def value(self, tuples: np.ndarray) -> np.ndarray:
-        """Weigh sorted tuples by their counts; <= 0 means a tuple may not be drawn.
+    def value(self, members: list[np.ndarray], complete: np.ndarray | None = None) -> np.ndarray:
+        """Weigh tuples, given as one item array per member (in any order), by their counts.
 
-        With synthetic counts the weight is what remains of the count (scaled to
-        the requested rows) after the records already synthesized.
+        A weight <= 0 means the tuple may not be drawn. With synthetic counts the
+        weight is what remains of the count (scaled to the requested rows) after the
+        records already synthesized. Only the tuples marked ``complete`` (default: all)
+        are read; the others may hold EMPTY members and weigh an arbitrary value.
         """
-        k = tuples.shape[-1]
-        pos = self.positions(tuples)
+        k = len(members)
+        if k in self._dense:  # no sort: every order of the items is filled in
+            pos = self._dense[k][tuple(members)]
+        else:
+            pos = np.full(len(members[0]), -1, dtype=np.int64)
+            at = slice(None) if complete is None else complete
+            tuples = np.stack([m[at] for m in members], axis=-1)
+            pos[at] = self.positions(np.sort(tuples, axis=-1))
         if not (self.use_synthetic and self.quotas):
             return self.counts[k - 1][pos]
         return self.counts[k - 1][pos] * self.scale - self.used[k - 1][pos]
@@ -141,6 +147,15 @@ class Weights:
         if self.use_synthetic:
             outside &= checked
         return int(outside.sum())
+
+
+def _every_order(rows: np.ndarray, count: int) -> np.ndarray:
+    """A dense item^k array holding each k-tuple's position at all k! orders of its items."""
+    k = rows.shape[1]
+    dense = np.full((count,) * k, -1, dtype=np.int32)
+    for order in permutations(range(k)):
+        dense[tuple(rows[:, j] for j in order)] = np.arange(len(rows))
+    return dense
 
 
 def dependence(items: Items, levels: list[Level]) -> np.ndarray:
@@ -269,16 +284,6 @@ class _Pairs:
         """The pairs selected by a mask or an index array."""
         return _Pairs(self.owner[which], self.cand[which], self.top[which], self.count[which],
                       self.direct[which])
-
-    @staticmethod
-    def join(parts: list[_Pairs]) -> _Pairs:
-        """Concatenate pairs of disjoint records, sorted by record again."""
-        owner = np.concatenate([p.owner for p in parts])
-        order = np.argsort(owner, kind="stable")
-        return _Pairs(owner[order], np.concatenate([p.cand for p in parts])[order],
-                      np.concatenate([p.top for p in parts])[order],
-                      np.concatenate([p.count for p in parts])[order],
-                      np.concatenate([p.direct for p in parts])[order])
 
 
 @dataclass
@@ -429,13 +434,11 @@ class Synthesizer:
                             respect_allowance)
         n = len(batch.size)
         while len(state.cand):
-            if respect_allowance:
-                state = state.take(allowance[state.cand] > 0)
-                if not len(state.cand):
-                    break
             within = batch.size[state.owner] + 1 <= length
-            w = np.where(within, state.direct,
-                         _percentile(state.top, state.count, self.q, self.descending))
+            w = state.direct.copy()
+            beyond = np.flatnonzero(~within)
+            w[beyond] = _percentile(state.top[beyond], state.count[beyond], self.q,
+                                    self.descending)
             pick, ok = _draw(state.owner, w, n, rng)
             if not ok.any():
                 break
@@ -444,11 +447,14 @@ class Synthesizer:
             grow = np.flatnonzero(ok & ~wait)
             x = chosen[grow]
             other = items.column[state.cand] != items.column[np.maximum(chosen, 0)[state.owner]]
-            moved = self._extend(state.take((ok & ~wait)[state.owner] & other), chosen, batch,
-                                 length, weights)
-            state = _Pairs.join([moved, state.take((ok & wait)[state.owner])])
+            extend = np.flatnonzero((ok & ~wait)[state.owner] & other)
+            keep = (ok & wait)[state.owner]  # records that wait keep their pairs as they are
+            keep[extend[self._extend(state, extend, chosen, batch, length, weights)]] = True
             batch.add(grow, x, items.column[x])
             np.subtract.at(allowance, x, 1)
+            if respect_allowance:
+                keep &= allowance[state.cand] > 0
+            state = state.take(keep)  # one copy a step, still sorted by record
 
     def _start(self, batch: _Batch, rows: np.ndarray, open_columns: np.ndarray, length: int,
                weights: Weights, allowance: np.ndarray, respect_allowance: bool) -> _Pairs:
@@ -485,9 +491,7 @@ class Synthesizer:
                 at = np.flatnonzero(alive & (size > subset[-1]))
                 if not len(at):
                     continue
-                others = batch.sequence[owner[at]][:, list(subset)]
-                value = weights.value(np.sort(np.concatenate([cand[at, None], others], axis=1),
-                                              axis=1))
+                value = weights.value([cand[at], *(batch.sequence[owner[at], s] for s in subset)])
                 values[at, j] = value
                 count[at] += 1
                 alive[at] &= value > 0
@@ -498,40 +502,42 @@ class Synthesizer:
             top = merged[:, :self.keep]
         return _Pairs(owner, cand, top, count, direct).take(alive)
 
-    def _extend(self, state: _Pairs, chosen: np.ndarray, batch: _Batch, length: int,
-                weights: Weights) -> _Pairs:
-        """Update the pairs after x joins each record.
+    def _extend(self, state: _Pairs, extend: np.ndarray, chosen: np.ndarray, batch: _Batch,
+                length: int, weights: Weights) -> np.ndarray:
+        """Update the pairs at positions ``extend`` in place after x joins each record.
 
         Looks up the new sub-combinations {candidate, x} + T (T a subset of the
-        record before x, |T| <= length - 2), drops candidates that would leave the
-        aggregates and merges the rest into their state.
+        record before x, |T| <= length - 2) and merges them into the pairs' state.
+        Returns which of them stay alive: a candidate whose new sub-combination
+        left the aggregates is dropped.
         """
-        x = chosen[state.owner]
-        size = batch.size[state.owner]
+        owner, cand = state.owner[extend], state.cand[extend]
+        x = chosen[owner]
+        size = batch.size[owner]
         largest = int(size.max()) if len(size) else 0
         subsets = [sub for s in range(0, min(length - 2, largest) + 1)
                    for sub in combinations(range(largest), s)]
+        alive = np.ones(len(extend), dtype=bool)
         if not subsets:
-            return state
-        values = np.full((len(state.cand), len(subsets)), np.nan)
-        alive = np.ones(len(state.cand), dtype=bool)
-        direct = state.direct.copy()
+            return alive
+        sequence = batch.sequence[owner, :largest]
+        values = np.full((len(extend), len(subsets)), np.nan)
         for j, subset in enumerate(subsets):
-            rows = np.flatnonzero(alive & (size > subset[-1])) if subset else np.flatnonzero(alive)
-            if not len(rows):
-                continue
-            parts = [state.cand[rows, None], x[rows, None]]
-            if subset:
-                parts.append(batch.sequence[state.owner[rows]][:, list(subset)])
-            value = weights.value(np.sort(np.concatenate(parts, axis=1), axis=1))
-            values[rows, j] = value
-            alive[rows] &= value > 0
-            whole = (size[rows] == len(subset)) & (size[rows] + 2 <= length)
-            direct[rows[whole]] = value[whole]
+            member = [sequence[:, s] for s in subset]
+            # the record holds the subset; elsewhere the look-up reads a stray cell, unused
+            holds = size > subset[-1] if subset else np.ones(len(extend), dtype=bool)
+            value = weights.value([cand, x, *member], complete=holds)
+            values[:, j] = np.where(holds, value, np.nan)
+            alive &= ~holds | (value > 0)
+            whole = holds & (size == len(subset)) & (size + 2 <= length)
+            state.direct[extend[whole]] = value[whole]
+        live = extend[alive]
         values = values[alive]
         seen = ~np.isnan(values)
         pad = -np.inf if self.descending else np.inf
-        merged = np.concatenate([state.top[alive], np.where(seen, values, pad)], axis=1)
-        merged = -np.sort(-merged, axis=1) if self.descending else np.sort(merged, axis=1)
-        return _Pairs(state.owner[alive], state.cand[alive], merged[:, :self.keep],
-                      state.count[alive] + seen.sum(axis=1), direct[alive])
+        merged = np.sort(np.concatenate([state.top[live], np.where(seen, values, pad)], axis=1),
+                         axis=1)
+        state.top[live] = merged[:, ::-1][:, :self.keep] if self.descending else \
+            merged[:, :self.keep]
+        state.count[live] += seen.sum(axis=1)
+        return alive
