@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,3 +39,20 @@ def test_each_figure_has_conditions_and_a_script_that_prints_it() -> None:
         assert calls_readme(path), f"{what}: {path.name} prints no README: line"
         assert figure, f"{what}: no figure"
         assert conditions, f"{what}: no conditions"
+
+
+@pytest.mark.slow
+def test_scale_runs_in_a_quick_mode() -> None:
+    """``benchmarks/scale.py`` on small sizes prints every figure and its README: line."""
+    result = subprocess.run(
+        [sys.executable, "benchmarks/scale.py", "--rows", "20000", "--sds-rows", "20000",
+         "--runs", "1", "--sds-runs", "1"], cwd=ROOT, capture_output=True, text=True,
+        timeout=900)
+    if "not found under" in result.stderr:
+        pytest.skip("the shared Adult data is not here (set DPSQL_SHARED_DATA)")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"init +20,000 rows: dpsql +\d+ MB, plain DuckDB +\d+ MB, ratio "
+                     r"[\d.]+x +\(load [\d.]+\)", result.stdout)
+    assert re.search(r"sds +20,000 rows: +[\d.]+ s +\(load [\d.]+\)", result.stdout)
+    assert re.search(r"README: init peak memory \d+ MB vs plain DuckDB \d+ MB at 20,000 rows; "
+                     r"sds [\d.]+ s at 20,000 rows", result.stdout)
