@@ -4,10 +4,12 @@
 
 Builds a store from the bundled Adult sample, gives the admin a SQL password,
 starts `dpsql serve --console` on free ports, lets the analyst alice spend some
-budget over the wire, then logs in to the console as a browser would (the login
-form's CSRF token, the session cookie), reads the budget page, grants alice more
-budget through the grant form and finds the grant in the audit page. The server
-is stopped at the end. Open the printed URL in a browser to look around while it runs
+budget over the wire, then logs in to the console as a browser would (at the
+printed address, below its secret random path prefix; the login form's CSRF
+token, the session cookie, sent only below that prefix), reads the budget page,
+grants alice more budget through the grant form, finds the grant in the audit
+page and shows that the bare port answers 404. The server is stopped at the
+end. Open the printed URL in a browser to look around while it runs
 (set CONSOLE_TOUR_WAIT=60 to keep it up for a minute).
 """
 
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from http.cookiejar import CookieJar
@@ -65,6 +68,7 @@ class Browser:
         self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
 
     def get(self, path: str) -> str:
+        """Page ``path`` ("audit?kind=grant"), below the console's prefix."""
         with self.opener.open(self.url + path, timeout=60) as response:
             return str(response.read().decode())
 
@@ -75,6 +79,16 @@ class Browser:
         body = urllib.parse.urlencode({"csrf": token.group(1), **fields}).encode()
         with self.opener.open(self.url + path, body, timeout=60) as response:
             return str(response.read().decode())
+
+
+def bare_status(url: str, path: str) -> int:
+    """The status of ``path`` asked for at the console's port without its prefix."""
+    bare = urllib.parse.urlsplit(url)._replace(path="/" + path).geturl()
+    try:
+        with urllib.request.urlopen(bare, timeout=60) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as err:
+        return err.code
 
 
 def title(page: str) -> str:
@@ -113,6 +127,7 @@ def main() -> None:
             audit = browser.get("audit?kind=grant")
             print("4. the audit page shows it:",
                   re.search(r"grant alice adult [^<]*", audit).group(0))  # type: ignore[union-attr]
+            print("5. without the secret prefix, /login answers:", bare_status(url, "login"))
             time.sleep(float(os.environ.get("CONSOLE_TOUR_WAIT", "0")))
         finally:
             server.send_signal(signal.SIGTERM)

@@ -42,13 +42,16 @@ from dpsql.server import auth
               help="Also serve the administrators' web console on 127.0.0.1 (docs/console.md).")
 @click.option("--console-port", type=click.IntRange(0, 65535), default=5480, show_default=True,
               help="TCP port of the web console (0 picks a free one).")
+@click.option("--console-prefix", envvar="DPSQL_CONSOLE_PREFIX", metavar="SECRET",
+              help="The console's secret path prefix, 32 or more letters, digits, - or _ "
+                   "(default: a random one, printed; the environment keeps it out of ps).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Server log verbosity (stderr).")
 def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
               allow_plaintext: bool, max_clients: int, max_pending_logins: int,
               login_timeout: float, statement_timeout: float,
               max_message_size: int, workers: int, console: bool, console_port: int,
-              log_level: str) -> None:
+              console_prefix: str | None, log_level: str) -> None:
     """Serve the store to PostgreSQL clients (psql, DBeaver, psycopg, pandas).
 
     Analysts log in with SCRAM-SHA-256 passwords set by `dpsql user add`; each
@@ -74,7 +77,8 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
                           allow_plaintext=allow_plaintext, max_clients=max_clients,
                           max_pending_logins=max_pending_logins, login_timeout=login_timeout,
                           statement_timeout=statement_timeout, max_message=max_message_size,
-                          workers=workers, console_port=console_port if console else None)
+                          workers=workers, console_port=console_port if console else None,
+                          console_prefix=console_prefix)
 
     def ready(server: Server) -> None:
         users = auth.list_users(server.store)

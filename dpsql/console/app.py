@@ -31,7 +31,7 @@ from dpsql.console.auth import (
     same_token,
     set_cookie,
 )
-from dpsql.errors import DPSQLError
+from dpsql.errors import ConfigurationError, DPSQLError
 from dpsql.server import procedure
 from dpsql.server.auth import LoginBackoff, load_verifier
 from dpsql.session import Session
@@ -52,15 +52,29 @@ HEADERS = {
 }
 ELSEWHERE = pages.layout("Refused", "", error="a page of another site or port asked for this; "
                          "open the console from its own address")
+PREFIX = re.compile(r"[A-Za-z0-9_-]{32,}")  # as secrets.token_hex(16) and longer
 _RELEASE = re.compile(r"^/releases/([^/]+)(/report)?$")
 _CANCEL = re.compile(r"^/jobs/(\d+)/cancel$")
 
 
 class Console:
-    """The console of one served store, listening on 127.0.0.1 only."""
+    """The console of one served store, listening on 127.0.0.1 only, under a secret path.
+
+    Browsers send a host's cookies to all its ports: a web server on another port
+    of this machine that the admin's browser visits would be sent the session
+    cookie. The cookie's Path is the console's random ``prefix`` (as Jupyter's
+    token), so the browser sends it to no other path, which such a server cannot
+    know; every request outside the prefix is a bare 404.
+    """
 
     def __init__(self, store: Store, secret: bytes, open_session: Callable[[str], Session],
-                 port: int = 0) -> None:
+                 port: int = 0, prefix: str | None = None) -> None:
+        prefix = secrets.token_hex(16) if prefix is None else prefix
+        if not PREFIX.fullmatch(prefix):
+            raise ConfigurationError("the console's path prefix must be 32 or more letters, "
+                                     "digits, '-' or '_' (a secret, as a password)")
+        self.prefix = prefix
+        self.root = f"/{prefix}/"  # every page is below it; cookies are sent only there
         self.store = store
         self.secret = secret
         self.open_session = open_session
@@ -69,7 +83,7 @@ class Console:
         self.login_lock = threading.Lock()  # LoginBackoff is not thread-safe; requests are
         self.httpd = _Server(("127.0.0.1", port), _handler(self))
         self.port = int(self.httpd.server_address[1])
-        self.url = f"http://127.0.0.1:{self.port}/"
+        self.url = f"http://127.0.0.1:{self.port}{self.root}"
 
     def start(self) -> None:
         """Serve in a daemon thread."""
@@ -166,8 +180,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _redirect(self, to: str, cookies: Sequence[str] = ()) -> None:
+        """To page ``to`` of the console (a name below its prefix), setting ``cookies``."""
         self.send_response(303)
-        self.send_header("Location", to)
+        self.send_header("Location", self.console.root + to)
         for value in cookies:
             self.send_header("Set-Cookie", value)
         self.send_header("Content-Length", "0")
@@ -181,12 +196,30 @@ class _Handler(BaseHTTPRequestHandler):
     def _from_elsewhere(self) -> bool:
         """Whether a browser sent this for a page of another origin.
 
-        Cookies are not kept per port, so SameSite=Strict still sends ours with the
-        requests of a page on another port of 127.0.0.1 (the same site).
+        Cookies are not kept per port: SameSite=Strict would send ours with the requests
+        of a page on another port of 127.0.0.1 (the same site) that knew the prefix.
         """
         origin = self.headers.get("Origin")
         return (self.headers.get("Sec-Fetch-Site") in ("same-site", "cross-site")
                 or (origin is not None and origin != f"http://{self.headers['Host']}"))
+
+    def _inside(self) -> str | None:
+        """The path of this request below the console's prefix ("/budgets"), else None.
+
+        The prefix is compared in constant time: it is what keeps the cookie from
+        the servers on the other ports.
+        """
+        head, _, rest = urlsplit(self.path).path[1:].partition("/")
+        return "/" + rest if secrets.compare_digest(head.encode(), self.console.prefix.encode()) \
+            else None
+
+    def _cookie(self, name: str, value: str, clear: bool = False) -> str:
+        return set_cookie(name, value, self.console.root, clear=clear)
+
+    def _layout(self, title: str, body: str, login: Login, **notes: str | None) -> str:
+        """A page with the navigation of a logged-in admin."""
+        return pages.layout(title, body, user=login.user, csrf=login.csrf,
+                            root=self.console.root, **notes)
 
     def _token(self) -> str | None:
         return cookie(self.headers.get("Cookie"), COOKIE)
@@ -205,20 +238,24 @@ class _Handler(BaseHTTPRequestHandler):
         """Pages: the login form, or a page of a logged-in administrator."""
         if not self._local():
             return self._send(421, "wrong Host header")
-        url = urlsplit(self.path)
-        if url.path != "/login" and self._from_elsewhere():
+        path = self._inside()
+        if path is None:
+            return self._send(404)  # bare: nothing here names the prefix
+        if path != "/login" and self._from_elsewhere():
             return self._send(403, ELSEWHERE)
-        if url.path == "/login":
+        if path == "/":
+            return self._redirect("budgets")
+        if path == "/login":
             token = secrets.token_urlsafe(32)
             return self._send(200, pages.login_page(token),
-                              {"Set-Cookie": set_cookie(LOGIN_COOKIE, token)})
+                              {"Set-Cookie": self._cookie(LOGIN_COOKIE, token)})
         login = self.console.logins.find(self._token())
         if login is None:
-            return self._redirect("/login")
-        query = dict(parse_qsl(url.query))
+            return self._redirect("login")
+        query = dict(parse_qsl(urlsplit(self.path).query))
         flash, error = login.flash, login.error
         login.flash = login.error = None
-        self._page(login, url.path, query, flash, error)
+        self._page(login, path, query, flash, error)
 
     def _page(self, login: Login, path: str, query: dict[str, str], flash: str | None,
               error: str | None) -> None:
@@ -227,41 +264,39 @@ class _Handler(BaseHTTPRequestHandler):
             if session is None:
                 return
             try:
-                if path in ("/", ""):
-                    return self._redirect("/budgets")
                 if match and match.group(2):
                     return self._send(200, views.report(session, unquote(match.group(1))))
                 title, body = _view(session, path, query, login.csrf, match)
             except DPSQLError as err:
                 title, body, error = "Error", "", str(err)
             if title is None:
-                return self._send(404, pages.layout("Not found", "", user=login.user,
-                                                    csrf=login.csrf))
-            self._send(200, pages.layout(title, body, user=login.user, csrf=login.csrf,
-                                         flash=flash, error=error))
+                return self._send(404, self._layout("Not found", "", login))
+            self._send(200, self._layout(title, body, login, flash=flash, error=error))
 
     def do_POST(self) -> None:
         """Log in, log out and the actions; each form must carry its CSRF token."""
         if not self._local():
             return self._send(421, "wrong Host header")
+        path = self._inside()
+        if path is None:
+            return self._send(404)  # bare, and the body is left unread
         if self._from_elsewhere():
             return self._send(403, ELSEWHERE)
         form = self._form()
         if isinstance(form, int):
             return self._send(form, "bad Content-Length" if form == 400 else "form too large")
-        path = urlsplit(self.path).path
         if path == "/login":
             return self._log_in(form)
         token = self._token()
         login = self.console.logins.find(token)
         if login is None:
-            return self._redirect("/login")
+            return self._redirect("login")
         if not same_token(login.csrf, form.get("csrf")):
             return self._send(403, pages.layout("Refused", "", error="missing or wrong CSRF "
                                                 "token; reload the page and try again"))
         if path == "/logout":
             self.console.logins.close(token)
-            return self._redirect("/login", [set_cookie(COOKIE, "", clear=True)])
+            return self._redirect("login", [self._cookie(COOKIE, "", clear=True)])
         args, back = _action(path, form)
         if args is None:
             return self._send(404, pages.layout("Not found", ""))
@@ -285,9 +320,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as err:
             fresh = secrets.token_urlsafe(32)
             return self._send(403, pages.login_page(fresh, str(err)),
-                              {"Set-Cookie": set_cookie(LOGIN_COOKIE, fresh)})
-        self._redirect("/budgets", [set_cookie(COOKIE, token),
-                                    set_cookie(LOGIN_COOKIE, "", clear=True)])
+                              {"Set-Cookie": self._cookie(LOGIN_COOKIE, fresh)})
+        self._redirect("budgets", [self._cookie(COOKIE, token),
+                                   self._cookie(LOGIN_COOKIE, "", clear=True)])
 
     def _session(self, login: Login) -> _AdminSession:
         return _AdminSession(self, login)
@@ -346,13 +381,13 @@ def _action(path: str, form: dict[str, str]) -> tuple[list[str] | None, str]:
     """The dpsql command line of a form, and the page to go back to."""
     if path == "/grant":
         return ["budget", "grant", "--epsilon", form.get("epsilon", ""), "--",
-                form.get("user", ""), form.get("dataset", "")], "/budgets"
+                form.get("user", ""), form.get("dataset", "")], "budgets"
     if path == "/release":
         return ["release", "--synth", form.get("synthesizer", ""), "--epsilon",
                 form.get("epsilon", ""), "--name", form.get("name", ""), "--detach", "--",
-                form.get("dataset", "")], "/jobs"
+                form.get("dataset", "")], "jobs"
     match = _CANCEL.match(path)
     if match:
-        return ["jobs", "cancel", match.group(1)], "/jobs"
-    return None, "/"
+        return ["jobs", "cancel", match.group(1)], "jobs"
+    return None, "budgets"
 

@@ -1,6 +1,7 @@
 """Console logins: an administrator's SQL password, a session cookie and CSRF tokens.
 
-A login is a random token in an HttpOnly, SameSite=Strict cookie; each login has
+A login is a random token in an HttpOnly, SameSite=Strict cookie whose Path is the
+console's secret prefix; each login has
 its own random CSRF token that every POST form carries back. Logins live in
 memory only: restarting the server logs everyone out.
 """
@@ -67,10 +68,14 @@ class Logins:
             self._open.pop(token, None)
 
 
-def set_cookie(name: str, value: str, *, clear: bool = False) -> str:
-    """A Set-Cookie value no script may read and no other site may send."""
+def set_cookie(name: str, value: str, path: str, *, clear: bool = False) -> str:
+    """A Set-Cookie value no script may read, no other site may send, sent only below ``path``.
+
+    ``path`` is the console's secret prefix: browsers send a host's cookies to its
+    every port, but only to the paths they were set for.
+    """
     age = "; Max-Age=0" if clear else ""
-    return f"{name}={value}; Path=/; HttpOnly; SameSite=Strict{age}"
+    return f"{name}={value}; Path={path}; HttpOnly; SameSite=Strict{age}"
 
 
 def cookie(header: str | None, name: str) -> str | None:

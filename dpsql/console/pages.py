@@ -10,8 +10,8 @@ from itertools import pairwise
 from typing import Any
 
 COLOURS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#975a16")
-NAV = (("/budgets", "Budgets"), ("/audit", "Audit"), ("/releases", "Releases"),
-       ("/policy", "Policy"), ("/jobs", "Jobs"))
+NAV = (("budgets", "Budgets"), ("audit", "Audit"), ("releases", "Releases"),
+       ("policy", "Policy"), ("jobs", "Jobs"))  # links relative to the page's <base>
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0; color: #1a202c; background: #f7fafc; }
 header { background: #2d3748; color: #fff; padding: .6em 1.5em; display: flex; gap: 1.2em;
@@ -32,17 +32,22 @@ pre.diff { background: #fff; border: 1px solid #cbd5e0; padding: .5em; overflow-
 
 
 def layout(title: str, body: str, *, user: str | None = None, csrf: str | None = None,
-           flash: str | None = None, error: str | None = None) -> str:
-    """A whole page: navigation and logout for a logged-in admin, then ``body``."""
+           flash: str | None = None, error: str | None = None, root: str | None = None) -> str:
+    """A whole page: navigation and logout for a logged-in admin, then ``body``.
+
+    Links are relative (``releases``), to ``root``, the console's secret prefix.
+    """
     nav = ""
     if user is not None:
         links = "".join(f'<a href="{href}">{text}</a>' for href, text in NAV)
         nav = (f"<header><strong>dpsql console</strong>{links}"
-               f'<form method="post" action="/logout">{hidden(csrf)}'
+               f'<form method="post" action="logout">{hidden(csrf)}'
                f"{escape(user)} <button>Log out</button></form></header>")
+    base = f'<base href="{escape(root)}">' if root else ""
     notes = (f'<p class="flash">{escape(flash)}</p>' if flash else "") + \
         (f'<p class="error">{escape(error)}</p>' if error else "")
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f"{base}"
             f"<title>{escape(title)} · dpsql console</title><style>{STYLE}</style></head>"
             f"<body>{nav}<main><h1>{escape(title)}</h1>{notes}{body}</main></body></html>")
 
@@ -73,7 +78,7 @@ def select(name: str, options: Iterable[str], chosen: str | None = None,
 
 def login_page(csrf: str, error: str | None = None) -> str:
     """The login form (the SQL password of an administrator)."""
-    body = ('<form method="post" action="/login">' + hidden(csrf) +
+    body = ('<form method="post" action="login">' + hidden(csrf) +
             '<p><label>User <input name="user" autocomplete="username" autofocus></label></p>'
             '<p><label>Password <input name="password" type="password" '
             'autocomplete="current-password"></label></p><p><button>Log in</button></p>'

@@ -33,7 +33,7 @@ def budgets(session: Session, csrf: str) -> str:
         f"spent {b.spent.describe(delta)} of {b.granted.describe(delta, 'nearest')}, "
         f"remaining {b.remaining.describe(delta, 'down')}") for b in session.budget())
     unit = "epsilon" if policy.accounting == "pure" else "rho"
-    form = ('<form method="post" action="/grant"><fieldset><legend>Grant budget</legend>'
+    form = ('<form method="post" action="grant"><fieldset><legend>Grant budget</legend>'
             + pages.hidden(csrf) + pages.select("user", policy.users)
             + pages.select("dataset", policy.datasets)
             + '<label>epsilon <input name="epsilon" size="6"></label>'
@@ -70,7 +70,7 @@ def audit(session: Session, query: Mapping[str, str]) -> str:
               if (not dataset or r["dataset"] == dataset) and (not action or r["action"] == action)
               and (since is None or r["at"].date() >= since)
               and (until is None or r["at"].date() <= until)][:AUDIT_ROWS]
-    form = ('<form method="get" action="/audit">'
+    form = ('<form method="get" action="audit">'
             + pages.select("user", policy.users, user, "any user")
             + pages.select("dataset", policy.datasets, dataset, "any dataset")
             + pages.select("kind", actions, action, "any kind")
@@ -95,12 +95,12 @@ def releases(session: Session, csrf: str) -> str:
     for r in releases(session.store, include_superseded=True):
         rec, name = r["record"], r["name"]
         link = escape(name) if r["superseded_by"] else \
-            f'<a href="/releases/{quote(name)}">{escape(name)}</a>'
+            f'<a href="releases/{quote(name)}">{escape(name)}</a>'
         rows.append([link, r["dataset"], r["synthesizer"], r["privacy"], f"{rec['rows']:,}",
                      rec["copies"], cost_text(rec["cost"]["charged"]), r["released_by"],
                      f"{r['released_at']:%Y-%m-%d %H:%M}", r["superseded_by"] or ""])
     synths = sorted({s for ds in policy.datasets.values() for s in ds.synthesizers})
-    form = ('<form method="post" action="/release"><fieldset><legend>Release a synthetic table'
+    form = ('<form method="post" action="release"><fieldset><legend>Release a synthetic table'
             "</legend>" + pages.hidden(csrf) + pages.select("dataset", policy.datasets)
             + pages.select("synthesizer", synths)
             + '<label>epsilon <input name="epsilon" size="6"></label>'
@@ -126,7 +126,7 @@ def release(session: Session, name: str) -> str:
               cost_text(m["cost"]) if isinstance(m.get("cost"), dict) else ""]
              for m in measurements), ["columns", "cells", "mechanism", "scale", "cost"])
     if entry["record"].get("output") == "rows":
-        body += (f'<p><a href="/releases/{quote(name)}/report">Fidelity report</a> (not DP: '
+        body += (f'<p><a href="releases/{quote(name)}/report">Fidelity report</a> (not DP: '
                  "computed from the real data; audited, as dpsql evaluate)</p>")
     return body
 
@@ -166,7 +166,7 @@ def jobs(session: Session, csrf: str) -> str:
     def cancel(job: dict[str, Any]) -> str:
         if job["state"] not in ("queued", "running"):
             return ""
-        return (f'<form class="inline" method="post" action="/jobs/{int(job["id"])}/cancel">'
+        return (f'<form class="inline" method="post" action="jobs/{int(job["id"])}/cancel">'
                 f"{pages.hidden(csrf)}<button>Cancel</button></form>")
 
     return pages.table(

@@ -61,6 +61,7 @@ class ServerConfig:
     login_failures_free: int = 5  # per (user, address), then refusals from 1 s, doubling
     login_failures_free_per_host: int = 50
     console_port: int | None = None  # the admins' web console on 127.0.0.1 (None: off)
+    console_prefix: str | None = None  # its secret path prefix (None: a random one)
 
 
 def _default_handler(session: Session) -> StatementHandler:
@@ -197,7 +198,8 @@ def _console(server: Server) -> Console:
 
     port = server.config.console_port or 0
     try:
-        return Console(server.store, server.secret, server.open_session, port)
+        return Console(server.store, server.secret, server.open_session, port,
+                       server.config.console_prefix)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             raise AddressInUse(f"console port {port} on 127.0.0.1 is in use by another "

@@ -17,6 +17,7 @@ import pytest
 
 import dpsql
 from dpsql.console import app
+from dpsql.errors import ConfigurationError
 from dpsql.store import Store
 
 from ..server.conftest import PASSWORDS, ServerProcess, make_store
@@ -31,12 +32,15 @@ class Client:
     def __init__(self, url: str) -> None:
         self.port = int(urlsplit(url).port or 0)
         self.host = f"127.0.0.1:{self.port}"
+        self.root = urlsplit(url).path  # the secret prefix: "/<hex>/"
 
     def send(self, method: str, path: str, form: dict[str, str] | None = None,
              headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
+        """Ask for page ``path`` ("budgets", below the prefix) or for "/path" as it is."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
         body = urlencode(form).encode() if form is not None else None
-        conn.request(method, path, body, {"Host": self.host, **(headers or {})})
+        target = path if path.startswith("/") else self.root + path
+        conn.request(method, target, body, {"Host": self.host, **(headers or {})})
         response = conn.getresponse()
         headers = {}
         for key, value in response.getheaders():  # Set-Cookie may come more than once
@@ -47,17 +51,17 @@ class Client:
 
     def log_in(self, user: str = "admin") -> tuple[dict[str, str], str]:
         """A logged-in admin's Cookie header and CSRF token."""
-        _, headers, _ = self.send("GET", "/login")
+        _, headers, _ = self.send("GET", "login")
         form_token = re.match(r"dpsql_console_login=([^;]+)", headers["Set-Cookie"])
         assert form_token is not None
         jar = {"Cookie": f"dpsql_console_login={form_token.group(1)}"}
-        status, headers, _ = self.send("POST", "/login", {
+        status, headers, _ = self.send("POST", "login", {
             "csrf": form_token.group(1), "user": user, "password": PASSWORDS[user]}, jar)
         assert status == 303
         session = re.search(r"^dpsql_console=([^;]+)", headers["Set-Cookie"], re.M)
         assert session is not None
         jar = {"Cookie": f"dpsql_console={session.group(1)}"}
-        _, _, page = self.send("GET", "/budgets", headers=jar)
+        _, _, page = self.send("GET", "budgets", headers=jar)
         csrf = re.search(r'name="csrf" value="([^"]+)"', page)
         assert csrf is not None
         return jar, csrf.group(1)
@@ -86,17 +90,64 @@ def audited(server: ServerProcess, action: str) -> int:
     return sum(action in str(row) for row in rows)
 
 
+def prefix_shown(client: Client, answer: tuple[int, dict[str, str], str]) -> bool:
+    """Whether an answer names the console's prefix anywhere (status line aside)."""
+    prefix = client.root.strip("/")
+    return prefix in answer[2] or any(prefix in v for v in answer[1].values())
+
+
+def near_misses(root: str) -> list[str]:
+    """Paths outside the prefix: none, a wrong one, one a character off, a part of it."""
+    prefix = root.strip("/")
+    off = ("0" if prefix[-1] != "0" else "1")
+    return ["/login", "/budgets", "/", "/releases/adult_syn/report", f"/{'a' * 32}/login",
+            f"/{prefix[:-1]}{off}/budgets", f"/{prefix[:16]}/login", f"/x{prefix}/login",
+            f"/login/{prefix}/"]
+
+
+def test_requests_outside_the_prefix_get_a_bare_404(client: Client) -> None:
+    # A server on another port must not learn the prefix: the cookie's Path is all
+    # that keeps the browser from sending it there.
+    jar, csrf = client.log_in()
+    assert len(client.root.strip("/")) >= 32
+    for path in near_misses(client.root):
+        for answer in (client.send("GET", path, headers=jar),
+                       client.send("POST", path, {**GRANT, "csrf": csrf}, jar)):
+            assert answer[0] == 404, path
+            assert answer[2] == "", path  # no page, no link
+            assert "Location" not in answer[1]
+            assert "Set-Cookie" not in answer[1]
+            assert not prefix_shown(client, answer)
+    status, headers, _ = client.send("GET", client.root.rstrip("/"), headers=jar)
+    assert (status, headers["Location"]) == (303, client.root + "budgets")
+
+
+def test_the_cookies_are_sent_only_below_the_prefix(client: Client) -> None:
+    status, headers, _ = client.send("GET", "login")
+    assert status == 200
+    assert f"; Path={client.root};" in headers["Set-Cookie"]
+    form_token = re.match(r"dpsql_console_login=([^;]+)", headers["Set-Cookie"])
+    assert form_token is not None
+    status, headers, _ = client.send("POST", "login", {
+        "csrf": form_token.group(1), "user": "admin", "password": PASSWORDS["admin"]},
+        {"Cookie": f"dpsql_console_login={form_token.group(1)}"})
+    assert status == 303
+    cookies = headers["Set-Cookie"].split("\n")
+    assert {c.split("=")[0] for c in cookies} == {"dpsql_console", "dpsql_console_login"}
+    assert all(f"; Path={client.root};" in c for c in cookies), cookies
+
+
 @pytest.mark.parametrize("length", ["-1", "abc", "1e3"],
                          ids=["negative", "word", "float"])
 def test_a_bad_content_length_is_refused_unread(client: Client, length: str) -> None:
     # "-1" once read the body to its end: a client could stream gigabytes into memory.
-    answer = client.raw(f"POST /login HTTP/1.0\r\nHost: {client.host}\r\n"
+    answer = client.raw(f"POST {client.root}login HTTP/1.0\r\nHost: {client.host}\r\n"
                         f"Content-Length: {length}\r\n\r\n".encode() + b"a" * 100_000)
     assert answer.startswith(b"HTTP/1.0 400"), answer
 
 
 def test_a_body_over_the_limit_is_refused(client: Client) -> None:
-    answer = client.raw(f"POST /login HTTP/1.0\r\nHost: {client.host}\r\n"
+    answer = client.raw(f"POST {client.root}login HTTP/1.0\r\nHost: {client.host}\r\n"
                         f"Content-Length: {app.MAX_FORM + 1}\r\n\r\n".encode())
     assert answer.startswith(b"HTTP/1.0 413"), answer
 
@@ -111,12 +162,12 @@ def test_a_post_from_another_origin_is_refused(client: Client, console_server: S
     # site, so SameSite=Strict sends the console's cookie with its requests.
     jar, csrf = client.log_in()
     grants = audited(console_server, "console: dpsql budget grant")
-    status, _, _ = client.send("POST", "/grant", {**GRANT, "csrf": csrf}, {**jar, **headers})
+    status, _, _ = client.send("POST", "grant", {**GRANT, "csrf": csrf}, {**jar, **headers})
     assert status == 403
     assert audited(console_server, "console: dpsql budget grant") == grants
     own = {"Origin": f"http://{client.host}", "Sec-Fetch-Site": "same-origin"}
-    status, headers, _ = client.send("POST", "/grant", {**GRANT, "csrf": csrf}, {**jar, **own})
-    assert (status, headers["Location"]) == (303, "/budgets")
+    status, headers, _ = client.send("POST", "grant", {**GRANT, "csrf": csrf}, {**jar, **own})
+    assert (status, headers["Location"]) == (303, client.root + "budgets")
     assert audited(console_server, "console: dpsql budget grant") == grants + 1
 
 
@@ -125,17 +176,17 @@ def test_another_origin_cannot_make_the_console_evaluate(client: Client,
     # The fidelity report runs (and audits) an evaluation: an <img> on another port must not.
     jar, _ = client.log_in()
     before = audited(console_server, "evaluate")
-    status, _, _ = client.send("GET", "/releases/adult_syn/report",
+    status, _, _ = client.send("GET", "releases/adult_syn/report",
                                headers={**jar, "Sec-Fetch-Site": "same-site"})
     assert status == 403
     assert audited(console_server, "evaluate") == before
-    status, _, page = client.send("GET", "/budgets", headers={**jar, "Sec-Fetch-Site": "none"})
+    status, _, page = client.send("GET", "budgets", headers={**jar, "Sec-Fetch-Site": "none"})
     assert status == 200  # typed in the address bar
     assert "<h1>Budgets</h1>" in page
 
 
 def test_the_login_page_opens_from_anywhere(client: Client) -> None:
-    status, _, page = client.send("GET", "/login", headers={"Sec-Fetch-Site": "cross-site"})
+    status, _, page = client.send("GET", "login", headers={"Sec-Fetch-Site": "cross-site"})
     assert status == 200
     assert "Log in" in page
 
@@ -175,7 +226,23 @@ def test_idle_connections_cannot_take_every_thread(console: app.Console) -> None
         for sock in idle:
             sock.close()
     time.sleep(0.3)
-    assert Client(console.url).send("GET", "/login")[0] == 200  # the slots came back
+    assert Client(console.url).send("GET", "login")[0] == 200  # the slots came back
+
+
+def test_each_console_has_its_own_random_prefix(console: app.Console) -> None:
+    def another(prefix: str | None = None) -> app.Console:
+        return app.Console(console.store, b"s" * 32, console.open_session, prefix=prefix)
+
+    other, fixed = another(), another("scripted-" + "x" * 23)
+    for refused in ("x" * 31, "x" * 32 + ";", "x" * 32 + "\n"):  # short; would end the Path
+        with pytest.raises(ConfigurationError, match="32 or more"):
+            another(refused)
+    other.httpd.server_close()
+    fixed.httpd.server_close()
+    assert re.fullmatch(r"[0-9a-f]{32}", console.prefix)
+    assert other.prefix != console.prefix
+    assert console.url == f"http://127.0.0.1:{console.port}/{console.prefix}/"
+    assert fixed.url.endswith(":" + str(fixed.port) + "/scripted-" + "x" * 23 + "/")
 
 
 def test_a_new_password_ends_the_logins_made_with_the_old(client: Client,
@@ -186,9 +253,9 @@ def test_a_new_password_ends_the_logins_made_with_the_old(client: Client,
     subprocess.run([sys.executable, "-m", "dpsql", "user", "add", "admin", "--password-stdin",
                     "--db", db], input=PASSWORDS["admin"], text=True, check=True,
                    capture_output=True)
-    status, _, page = client.send("GET", "/budgets", headers=jar)
+    status, _, page = client.send("GET", "budgets", headers=jar)
     assert status == 403
     assert "password changed" in page
-    assert client.send("GET", "/budgets", headers=jar)[0] == 303  # logged out: to /login
+    assert client.send("GET", "budgets", headers=jar)[0] == 303  # logged out: to login
     fresh, _ = client.log_in()
-    assert client.send("GET", "/budgets", headers=fresh)[0] == 200
+    assert client.send("GET", "budgets", headers=fresh)[0] == 200

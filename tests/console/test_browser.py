@@ -77,7 +77,7 @@ def test_grant_through_the_form_is_audited(browser: Any, console_server: ServerP
 
     url = console_url(console_server)
     log_in(browser, url)
-    form = browser.find_element(By.CSS_SELECTOR, 'form[action="/grant"]')
+    form = browser.find_element(By.CSS_SELECTOR, 'form[action="grant"]')
     Select(form.find_element(By.NAME, "user")).select_by_value("frank")
     form.find_element(By.NAME, "epsilon").send_keys("0.25")
     form.submit()
@@ -129,14 +129,21 @@ def test_a_post_without_the_csrf_token_is_refused(browser: Any,
 
 def test_a_page_on_another_port_cannot_use_the_login(browser: Any,
                                                      console_server: ServerProcess) -> None:
-    # Cookies are not kept per port: the browser sends the console's cookie (SameSite=Strict
-    # too) with the requests of any page on 127.0.0.1. Its <img> must not run an evaluation.
+    # Browsers keep cookies per host, not per port: without the secret prefix as the
+    # cookie's Path, a server on another port of 127.0.0.1 that the admin visits would be
+    # sent the session cookie (SameSite=Strict too) and could replay it. It records what
+    # it is sent. A page that knew the prefix would get the cookie sent with its <img>s
+    # to the console: those must not run an evaluation (the Origin checks).
     url = console_url(console_server)
     log_in(browser, url)
-    page = f'<img src="{url}releases/adult_syn/report"><img src="{url}budgets">'.encode()
+    assert "dpsql_console" in {c["name"] for c in browser.get_cookies()}
+    page = (f'<img src="{url}releases/adult_syn/report"><img src="{url}budgets">'
+            '<img src="/pixel.png"><img src="/login">').encode()
+    sent: list[tuple[str, str]] = []  # (path, Cookie header) of each request it was sent
 
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            sent.append((self.path, self.headers.get("Cookie", "")))
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
             self.send_header("Content-Length", str(len(page)))
@@ -150,11 +157,16 @@ def test_a_page_on_another_port_cannot_use_the_login(browser: Any,
     threading.Thread(target=other.serve_forever, daemon=True).start()
     before = evaluations(console_server)
     try:
-        browser.get(f"http://127.0.0.1:{other.server_address[1]}/")  # waits for the images
+        for path in ("/", "/budgets", "/login"):
+            browser.get(f"http://127.0.0.1:{other.server_address[1]}{path}")  # waits for images
     finally:
         other.shutdown()
         other.server_close()
     assert evaluations(console_server) == before
+    assert {path for path, _ in sent} >= {"/", "/budgets", "/login", "/pixel.png"}
+    assert not [cookie for _, cookie in sent if "dpsql_console" in cookie], sent
+    browser.get(url + "budgets")
+    assert "<h1>Budgets</h1>" in browser.page_source  # the login was live all along
 
 
 def evaluations(server: ServerProcess) -> int:
