@@ -1,15 +1,19 @@
 """Aggregates of a DP query: what the analyst wrote, and the measures that pay for it.
 
 ``COUNT(*)``, ``COUNT(col)``, ``SUM(col)``, ``AVG(col)``, ``VAR_POP(col)``,
-``VAR_SAMP(col)`` (``VARIANCE``), ``STDDEV_POP(col)`` and ``STDDEV_SAMP(col)``
-(``STDDEV``), each optionally with ``FILTER (WHERE ...)``. A SUM or COUNT is
-one measure; an AVG is two (a sum centred on the bounds' midpoint, and a
-count); a variance or standard deviation three (the centred sum of squares,
-the centred sum and the count). The same aggregate written twice, or a measure
-two aggregates share (AVG(x) and VAR_POP(x) share two), is measured once.
+``VAR_SAMP(col)`` (``VARIANCE``), ``STDDEV_POP(col)``, ``STDDEV_SAMP(col)``
+(``STDDEV``) and the quantiles (``MEDIAN``, ``PERCENTILE_CONT``,
+``QUANTILE_CONT``, ``MIN``, ``MAX``: see :mod:`dpsql.query.quantile`), each
+optionally with ``FILTER (WHERE ...)``. A SUM, COUNT or quantile is one
+measure; an AVG is two (a sum centred on the bounds' midpoint, and a count); a
+variance or standard deviation three (the centred sum of squares, the centred
+sum and the count). The same aggregate written twice, or a measure two
+aggregates share (AVG(x) and VAR_POP(x) share two), is measured once.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 from sqlglot import exp
 
@@ -17,6 +21,7 @@ from dpsql.policy import Column
 from dpsql.query.dialect import describe, reject
 from dpsql.query.model import SPREAD, Aggregate, Measure
 from dpsql.query.predicates import RowChecker, RowScope, sql_type
+from dpsql.query.quantile import quantile_call
 
 #: The accepted aggregate functions, by sqlglot node (DuckDB's VARIANCE is VAR_SAMP and
 #: STDDEV is STDDEV_SAMP).
@@ -25,7 +30,8 @@ FUNCS: dict[type, str] = {
     exp.Variance: "var_samp", exp.StddevPop: "stddev_pop", exp.StddevSamp: "stddev_samp",
     exp.Stddev: "stddev_samp"}
 ACCEPTED = ("COUNT(*), COUNT(col), SUM(col), AVG(col), VAR_POP(col), VAR_SAMP(col), "
-            "STDDEV_POP(col), STDDEV_SAMP(col)")
+            "STDDEV_POP(col), STDDEV_SAMP(col), MEDIAN(col), QUANTILE_CONT(col, q), MIN(col), "
+            "MAX(col)")
 NO_MECHANISM = ("{name} has no differentially private mechanism in dpsql; estimate it from "
                 "a histogram: GROUP BY dp_bin(col, WIDTH) with COUNT(*)")
 
@@ -61,9 +67,13 @@ class Aggregates:
             predicate = self.rows.predicate(where.this if isinstance(where, exp.Where)
                                             else where, "FILTER")
             node = node.this
+        quantile = quantile_call(self.text, node)
+        if quantile is not None:
+            return self._quantile(*quantile, node, predicate)
         func = FUNCS.get(type(node))
         if func is None:
-            name = describe(node).replace("function ", "").upper()
+            shown = node.this if isinstance(node, exp.WithinGroup) else node
+            name = describe(shown).replace("function ", "").upper()
             raise reject(self.text, NO_MECHANISM.format(name=name), node,
                          construct=f"aggregate {name}",
                          advice=f"accepted aggregates: {ACCEPTED}")
@@ -79,20 +89,42 @@ class Aggregates:
                          construct=func.upper(), advice=f"write {func.upper()}(col)")
         column = self._aggregate_column(func, arg, node)
         label = f"{func.upper()}({column or '*'})"
+        if func == "avg":
+            measures = [Measure("centered_sum", column, predicate),
+                        Measure("count", column, predicate)]
+        elif func in SPREAD:
+            measures = [Measure(kind, column, predicate)  # type: ignore[arg-type]
+                        for kind in ("centered_squares", "centered_sum", "count")]
+        else:
+            measures = [Measure("count" if func == "count" else "sum", column, predicate)]
+        return self._register(func, column, label, predicate, measures)
+
+    def _quantile(self, name: str, arg: exp.Expr, q: Fraction, node: exp.Expr,
+                  predicate: exp.Expr | None) -> int:
+        """A DP quantile: one measure of the column's grid positions (see quantile.py)."""
+        if isinstance(arg, exp.Distinct):
+            raise reject(self.text, f"{name}(DISTINCT ...) is not supported", node,
+                         construct=f"{name}(DISTINCT)",
+                         advice=f"write {name} over the column; distinct values have no "
+                         "bounded sensitivity here")
+        column = self._aggregate_column(name.lower(), arg, node)
+        if name == "PERCENTILE_CONT":
+            label = f"PERCENTILE_CONT({q}) WITHIN GROUP (ORDER BY {column})"
+        elif name == "QUANTILE_CONT":
+            label = f"QUANTILE_CONT({column}, {q})"
+        else:
+            label = f"{name}({column})"
+        func = name.lower() if name in ("MEDIAN", "MIN", "MAX") else "quantile"
+        return self._register(func, column, label, predicate,
+                              [Measure("quantile", column, predicate, q)])
+
+    def _register(self, func: str, column: str | None, label: str, predicate: exp.Expr | None,
+                  measures: list[Measure]) -> int:
         if predicate is not None:
             label += f" FILTER (WHERE {predicate.sql(dialect='duckdb')})"
         if label in self.index:
             return self.index[label]
-        parts: tuple[int, ...]
-        if func == "avg":
-            parts = (self._measure(Measure("centered_sum", column, predicate)),
-                     self._measure(Measure("count", column, predicate)))
-        elif func in SPREAD:
-            parts = tuple(self._measure(Measure(kind, column, predicate)) for kind in
-                          ("centered_squares", "centered_sum", "count"))  # type: ignore[arg-type]
-        else:
-            parts = (self._measure(Measure("count" if func == "count" else "sum", column,
-                                           predicate)),)
+        parts = tuple(self._measure(m) for m in measures)
         self.aggregates.append(Aggregate(func, column, parts, label))  # type: ignore[arg-type]
         self.index[label] = len(self.aggregates) - 1
         return len(self.aggregates) - 1

@@ -40,7 +40,6 @@ from dpsql.query import cache, meta
 from dpsql.query.dialect import nested_too_deeply, reject
 from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared, engine_for
 from dpsql.query.free import FreeDatabase
-from dpsql.query.mechanisms import Noise
 from dpsql.query.model import SPREAD, QueryPlan
 from dpsql.query.options import (
     confidence,
@@ -54,6 +53,7 @@ from dpsql.query.options import (
 from dpsql.query.plancache import Entry, plans_of
 from dpsql.query.planner import plan_query
 from dpsql.query.post import answer_table, base_table
+from dpsql.query.quantile import MeasureNoise
 from dpsql.query.released import check_released, reads_released
 from dpsql.query.render import Context as SQLContext
 from dpsql.query.render import calibrate, clamped_columns, expand_public_keys, to_sql
@@ -298,7 +298,7 @@ def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
 class _Prepared:
     entry: Entry
     cost: PrivacyCost
-    noises: tuple[Noise, ...]
+    noises: tuple[MeasureNoise, ...]
     key: str
     sql: SQLContext
 
@@ -451,7 +451,7 @@ def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,
     plan = prepared.plan
     dense = expand_public_keys(plan, query.run())
     call.close()
-    noisy = [d + n.sample(plan.cells) for d, n in zip(dense, prepared.noises, strict=True)]
+    noisy = [n.release(d) for d, n in zip(dense, prepared.noises, strict=True)]
     answer = answered(noisy)
     row = cache.stored_row(prepared.key, call.user, plan, call.policy.fingerprint, audit_id,
                            prepared.noises, noisy)
@@ -462,7 +462,7 @@ def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,
     return answered(twin.measures)
 
 
-def _answer(call: _Call, plan: QueryPlan, noises: tuple[Noise, ...],
+def _answer(call: _Call, plan: QueryPlan, noises: tuple[MeasureNoise, ...],
             noisy: list[np.ndarray], cost: PrivacyCost, remaining: PrivacyCost, notice: str,
             cached: bool, audit_id: int) -> Answer:
     options = call.ctx.options
@@ -494,7 +494,7 @@ class _Described(Mapping[str, dict[str, Any]]):
     read it, and it costs as much as drawing the noise.
     """
 
-    def __init__(self, plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
+    def __init__(self, plan: QueryPlan, noises: tuple[MeasureNoise, ...], delta: float | None,
                  level: float | None) -> None:
         self._args = (plan, noises, delta, level)
 
@@ -515,7 +515,7 @@ class _Described(Mapping[str, dict[str, Any]]):
         return repr(self._info)
 
 
-def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
+def column_info(plan: QueryPlan, noises: tuple[MeasureNoise, ...], delta: float | None,
                 level: float | None) -> dict[str, dict[str, Any]]:
     """How each output column was computed: public key, noisy aggregate or post-processing."""
     level = level or DEFAULT_CONFIDENCE
@@ -545,10 +545,17 @@ def column_info(plan: QueryPlan, noises: tuple[Noise, ...], delta: float | None,
     return info
 
 
-def _suggestion(suggested: list[PrivacyCost | None], target: float, level: float,
-                delta: float | None) -> str:
-    """The notice's sentence on the cost that meets ``dpsql.target_error``."""
+def _suggestion(plan: QueryPlan, suggested: list[PrivacyCost | None], target: float,
+                level: float, delta: float | None) -> str:
+    """The notice's sentence on the cost that meets ``dpsql.target_error``.
+
+    Quantiles have no interval (their accuracy is a rank: ``rank_error``) and are left out.
+    """
     head = f"for every interval at {level:g} within {target:g}"
+    suggested = [c for c, m in zip(suggested, plan.measures, strict=True)
+                 if m.kind != "quantile"]
+    if not suggested:
+        return f"{head}: no measurement has an interval (a quantile's accuracy is its rank_error)"
     if any(c is None for c in suggested):
         return f"{head}: no cost reaches it for some measurement (see suggested_cost)"
     need = max(suggested, key=lambda c: c.value)
@@ -598,7 +605,7 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
               f"over {len(plan.measures)} measurement(s); {plan.cells} public group(s); "
               f"remaining {meta.both_units(remaining, policy.delta, 'down')}")
     if suggested is not None:
-        notice += "; " + _suggestion(suggested, target, level, policy.delta)
+        notice += "; " + _suggestion(plan, suggested, target, level, policy.delta)
     audit = call.ledger.record(call.user, plan.dataset.name, text, "explained",
                                action="explain")
     return Answer(table, "explain", call.zero, remaining, plan.dataset.name, cached, info,

@@ -24,6 +24,7 @@ from dpsql.ledger import answer_stored, queued_answer
 from dpsql.privacy import PrivacyCost
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import QueryPlan
+from dpsql.query.quantile import MeasureNoise, QuantileNoise
 from dpsql.store import Store, now
 
 
@@ -32,7 +33,7 @@ class CachedAnswer:
     """A stored answer: the charge that paid for it, the noise used, the noisy vectors."""
 
     audit_id: int
-    noises: tuple[Noise, ...]
+    noises: tuple[MeasureNoise, ...]
     measures: list[np.ndarray]
 
 
@@ -56,7 +57,8 @@ def lookup(store: Store, key: str) -> CachedAnswer | None:
         ).fetchone()
     if row is None:
         return None
-    noises = tuple(Noise.from_json(n) for n in json.loads(row[1]))
+    noises = tuple(QuantileNoise.from_json(n) if n["mechanism"] == "quantile"
+                   else Noise.from_json(n) for n in json.loads(row[1]))
     reader = pa.ipc.open_stream(pa.py_buffer(bytes(row[2])))
     table = reader.read_all()
     measures = [table.column(i).to_numpy().astype(np.int64) for i in range(table.num_columns)]
@@ -64,7 +66,7 @@ def lookup(store: Store, key: str) -> CachedAnswer | None:
 
 
 def stored_row(key: str, user: str, plan: QueryPlan, fingerprint: str, audit_id: int,
-               noises: tuple[Noise, ...], measures: list[np.ndarray]) -> list[Any]:
+               noises: tuple[MeasureNoise, ...], measures: list[np.ndarray]) -> list[Any]:
     """The ``dpsql.query_cache`` row of an answer, which the ledger writes as it settles.
 
     If the process dies before that commit, a repeat is simply charged again:

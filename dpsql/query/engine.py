@@ -83,7 +83,8 @@ class Engine(Protocol):
 class _DuckDBPrepared:
     """A bound query (``relation``), or one that bound before and binds again as it runs.
 
-    ``one_row``: a global aggregate of BIGINT measures (no GROUP BY). Its one row is
+    ``one_row``: a global aggregate of BIGINT measures (no GROUP BY, no quantile's
+    histogram). Its one row is
     fetched as a tuple and made into Arrow here, which is about a millisecond
     cheaper than DuckDB's Arrow export of a tiny result.
     """
@@ -157,7 +158,8 @@ class DuckDBEngine:
     def prepare(self, query: exp.Expr, text: str | None = None) -> Prepared:
         """Bind the query (a DuckDB relation is lazy: nothing runs until ``run``)."""
         cursor = self._snapshot()
-        one_row = isinstance(query, exp.Select) and query.args.get("group") is None
+        one_row = isinstance(query, exp.Select) and query.args.get("group") is None \
+            and not any(f.name.lower() == "histogram" for f in query.find_all(exp.Anonymous))
         if text is not None:
             return _DuckDBPrepared(cursor, self.interrupts, text=text, one_row=one_row)
         text = self.render(query)

@@ -106,6 +106,10 @@ class Noise:
             return noise.discrete_laplace(self.param, size)
         return noise.discrete_gaussian(self.param, size)
 
+    def release(self, exact: np.ndarray) -> np.ndarray:
+        """The noisy vector: ``exact`` plus fresh noise (what a quantile selects instead)."""
+        return exact + self.sample(exact.size)
+
     def std(self) -> float:
         """Standard deviation of the noise in the answer's units."""
         if not self.noisy:

@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import cached_property
 from typing import Any, Literal
 
@@ -27,10 +28,13 @@ from sqlglot.optimizer.simplify import simplify_parens
 from dpsql.policy import Dataset
 
 KeyMode = Literal["value", "policy_bins", "width"]
-MeasureKind = Literal["count", "sum", "centered_sum", "centered_squares"]
-AggregateFunc = Literal["count", "sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"]
+MeasureKind = Literal["count", "sum", "centered_sum", "centered_squares", "quantile"]
+AggregateFunc = Literal["count", "sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp",
+                        "median", "min", "max", "quantile"]
 #: The aggregates of the spread family: one function of three measures (see :class:`Aggregate`).
 SPREAD = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
+#: The DP quantiles: one quantile measure each (see :mod:`dpsql.query.quantile`).
+QUANTILES = ("median", "min", "max", "quantile")
 
 
 @dataclass(frozen=True)
@@ -61,21 +65,25 @@ class GroupKey:
 
 @dataclass(frozen=True)
 class Measure:
-    """A noisy vector over all cells: a count, a clamped sum, a centred sum or centred squares.
+    """A noisy vector over all cells: a count, a clamped or centred sum, squares, a quantile.
 
     The centred sum adds ``value - midpoint of the bounds`` (for AVG and the
     spread family), the centred squares ``(value - midpoint)**2`` (for the
     spread family); ``column`` None is COUNT(*); ``filter`` is a FILTER row
-    predicate.
+    predicate; ``q`` the quantile of a quantile measure (its noisy vector holds
+    grid positions, see :mod:`dpsql.query.quantile`).
     """
 
     kind: MeasureKind
     column: str | None
     filter: exp.Expr | None = None
+    q: Fraction | None = None
 
     def signature(self) -> list[Any]:
         """What identifies the measure (two equal signatures measure the same thing)."""
         where = self.filter.sql(dialect="duckdb") if self.filter is not None else None
+        if self.q is not None:
+            return [self.kind, self.column, where, str(self.q)]
         return [self.kind, self.column, where]
 
     def __hash__(self) -> int:
@@ -90,7 +98,8 @@ class Aggregate:
     """An aggregate the analyst wrote, computed from ``measures`` (indexes into the plan's).
 
     COUNT and SUM use one measure; AVG two (centred sum, count); VAR_POP,
-    VAR_SAMP, STDDEV_POP and STDDEV_SAMP three (centred squares, centred sum, count).
+    VAR_SAMP, STDDEV_POP and STDDEV_SAMP three (centred squares, centred sum, count);
+    a quantile (MEDIAN, MIN, MAX, ``quantile``) one quantile measure.
     """
 
     func: AggregateFunc

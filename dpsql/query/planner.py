@@ -1,7 +1,9 @@
 """Analyst SELECT (sqlglot AST) -> QueryPlan, over an allowlist of constructs.
 
 Accepted: ``COUNT(*)``, ``COUNT(col)``, ``SUM(col)``, ``AVG(col)``, the
-variances and standard deviations (:mod:`dpsql.query.aggregates`; optionally
+variances and standard deviations, the quantiles (``MEDIAN``,
+``PERCENTILE_CONT``, ``QUANTILE_CONT``, ``MIN``, ``MAX``)
+(:mod:`dpsql.query.aggregates`; optionally
 with ``FILTER (WHERE ...)``) and arithmetic on them; GROUP BY public keys
 (:mod:`dpsql.query.keys`); WHERE row predicates (:mod:`dpsql.query.predicates`);
 HAVING, ORDER BY, LIMIT and OFFSET as post-processing; GoogleSQL's
@@ -40,6 +42,8 @@ _CLAUSE_NAMES = {
     "pivots": ("PIVOT", "use GROUP BY"),
 }
 DP_OPTIONS = ("epsilon", "delta", "rho")
+#: Nodes that are one aggregate call (``PERCENTILE_CONT(q) WITHIN GROUP (...)`` is a WithinGroup).
+AGGREGATE_NODES = (exp.AggFunc, exp.Filter, exp.WithinGroup)
 
 
 def is_dp_bin(node: exp.Expr) -> exp.Anonymous | None:
@@ -68,7 +72,7 @@ class _PostChecker(RowChecker):
     """Expressions of SELECT, HAVING and ORDER BY: keys, aggregates, literals, arithmetic."""
 
     context = "SELECT, HAVING and ORDER BY"
-    advice = ("select GROUP BY keys, aggregates (COUNT, SUM, AVG, VAR_POP, STDDEV_POP, ...) "
+    advice = ("select GROUP BY keys, aggregates (COUNT, SUM, AVG, VAR_POP, MEDIAN, ...) "
               "and arithmetic on them; "
               "see docs/sql.md")
 
@@ -78,7 +82,7 @@ class _PostChecker(RowChecker):
         self.aliases = aliases
 
     def check(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
-        if isinstance(node, (exp.AggFunc, exp.Filter)):
+        if isinstance(node, AGGREGATE_NODES):
             return exp.column(f"_a{self.planner.aggs.add(node)}"), "num"
         if isinstance(node, exp.Column) and not node.table:
             alias = self.aliases.get(node.name.lower())
@@ -314,7 +318,7 @@ class _Planner:
                              advice="ask one GROUP BY per query")
         nodes = list(group.expressions)
         if group.args.get("all"):
-            nodes = [e for e, _ in items if not any(isinstance(n, (exp.AggFunc, exp.Filter))
+            nodes = [e for e, _ in items if not any(isinstance(n, AGGREGATE_NODES)
                                                     for n in e.walk())]
         aliases = {a.lower(): e for e, a in items if a}
         for node in nodes:
@@ -335,7 +339,7 @@ class _Planner:
         found = self._signature(node)
         if found is None:
             name = describe(_unparen(node))
-            if any(isinstance(n, (exp.AggFunc, exp.Filter)) for n in node.walk()):
+            if any(isinstance(n, AGGREGATE_NODES) for n in node.walk()):
                 raise reject(self.text, "cannot GROUP BY an aggregate", node,
                              construct="GROUP BY", advice="group by columns or dp_bin(...)")
             raise reject(self.text, f"GROUP BY {name} has no public key set", node,

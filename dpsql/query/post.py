@@ -4,8 +4,10 @@ Counts stay integers (unbiased, so they may be negative, unless
 ``dpsql.nonnegative_counts`` is on); SUM is the noisy total in the column's
 units; AVG is ``midpoint + noisy centred sum / noisy count``, clamped into the
 bounds, and NULL when the noisy count is below one; the spread family is in
-:func:`_spread`. Each aggregate of each cell is flagged when it is mostly noise
-(:func:`dominated`). Then the
+:func:`_spread`; a quantile is the value of its chosen grid point, with NULL
+interval bounds (its accuracy is a rank, :meth:`QuantileNoise.rank_error`, not an
+interval of values, which would need the private distribution). Each aggregate
+of each cell is flagged when it is mostly noise (:func:`dominated`). Then the
 validated SELECT expressions, HAVING, ORDER BY and LIMIT run over the noisy
 table in Arrow, never in the database. With ``dpsql.ci`` set each bare
 aggregate column gets ``<name>_ci_low`` / ``<name>_ci_high``: an interval that
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +29,8 @@ from sqlglot import exp
 from dpsql.errors import InternalError
 from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
-from dpsql.query.model import SPREAD, Aggregate, QueryPlan
+from dpsql.query.model import QUANTILES, SPREAD, Aggregate, QueryPlan
+from dpsql.query.quantile import MeasureNoise, QuantileNoise
 from dpsql.query.render import key_arrays, midpoint
 
 Value: TypeAlias = Any  # a pyarrow Array, ChunkedArray or Scalar
@@ -57,7 +60,7 @@ def cheap_width(noise_: Noise, level: float) -> float:
     return noise_.halfwidth_bound(level)
 
 
-def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Noise, ...],
+def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[MeasureNoise, ...],
                       confidence: float | None, nonnegative: bool = False
                       ) -> dict[str, pa.Array]:
     """``_a{j}`` (and ``_a{j}_lo``/``_hi`` with a confidence) for every aggregate.
@@ -78,17 +81,20 @@ def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[No
     return out
 
 
-def noise_flags(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Noise, ...],
+def noise_flags(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[MeasureNoise, ...],
                 level: float) -> dict[str, pa.Array]:
     """``_a{j}_noise``: True in each cell whose value is mostly noise (see :func:`dominated`).
 
     Free: it reads only noisy values and public scales. The cheap upper bounds on
     the half-widths decide first; only an aggregate flagged by them is checked
     again with the exact half-widths (a wider interval flags at least as much).
+    Exact aggregates, and quantiles, are never flagged: a quantile has no interval
+    to test, and its accuracy (a rank error in rows, the same for every cell) is
+    in EXPLAIN PRIVACY and the answer's column info.
     """
     out: dict[str, pa.Array] = {}
     for j, agg in enumerate(plan.aggregates):
-        if not any(noises[m].noisy for m in agg.measures):  # exact: nothing is noise
+        if agg.func in QUANTILES or not any(noises[m].noisy for m in agg.measures):
             out[f"_a{j}_noise"] = pa.array(np.zeros(plan.cells, dtype=bool))
             continue
         flags = dominated(plan, agg, *estimate(plan, agg, noisy, noises, level, cheap_width))
@@ -123,18 +129,28 @@ def dominated(plan: QueryPlan, agg: Aggregate, value: np.ndarray, low: np.ndarra
 
 
 def estimate(plan: QueryPlan, agg: Aggregate, noisy: list[np.ndarray],
-             noises: tuple[Noise, ...], level: float | None, width: Width
+             noises: tuple[MeasureNoise, ...], level: float | None, width: Width
              ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """One aggregate's value in every cell, and its interval at ``level`` (None: none)."""
+    """One aggregate's value in every cell, and its interval at ``level`` (None: none).
+
+    A quantile's interval bounds are NaN (NULL in the answer): see the module docstring.
+    """
+    if agg.func in QUANTILES:
+        noise_ = noises[agg.measures[0]]
+        assert isinstance(noise_, QuantileNoise)
+        value = noise_.grid.values(noisy[agg.measures[0]])
+        unknown = None if level is None else np.full(value.size, np.nan)
+        return value, unknown, unknown
+    additive = cast(tuple[Noise, ...], noises)  # every measure but a quantile's
     if agg.func == "avg":
-        return _average(plan, agg, noisy, noises, level, width)
+        return _average(plan, agg, noisy, additive, level, width)
     if agg.func in SPREAD:
-        return _spread(plan, agg, noisy, noises, level, width)
+        return _spread(plan, agg, noisy, additive, level, width)
     m = agg.measures[0]
-    value = _sum_values(noisy[m], noises[m]) if agg.func == "sum" else noisy[m]
+    value = _sum_values(noisy[m], additive[m]) if agg.func == "sum" else noisy[m]
     if level is None:
         return value, None, None
-    half = width(noises[m], level)
+    half = width(additive[m], level)
     if value.dtype.kind == "i" and half == int(half):
         return value, value - int(half), value + int(half)
     return value, value - half, value + half
@@ -241,7 +257,7 @@ def _nan_to_null(values: np.ndarray) -> Any:
     return pa.array(values, mask=np.isnan(values))
 
 
-def base_table(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Noise, ...],
+def base_table(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[MeasureNoise, ...],
                confidence: float | None, level: float, nonnegative: bool = False) -> pa.Table:
     """One row per public cell: keys ``_k{i}``, noisy aggregates ``_a{j}`` and their flags.
 

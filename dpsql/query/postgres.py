@@ -285,14 +285,22 @@ _INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "INT", "INT2", "INT4", 
 
 
 def check_total(plan: QueryPlan, types: Mapping[str, str]) -> None:
-    """Refuse row conditions whose arithmetic PostgreSQL could raise on (before the charge).
+    """Refuse what PostgreSQL could raise on or cannot run (before the charge).
 
-    dpsql's own arithmetic works on clamped values and cannot overflow; an
+    A DP quantile reads each group's histogram of grid positions, which dpsql
+    computes with DuckDB's ``histogram`` (a MAP): it is refused here, from the plan
+    alone, at no cost. dpsql's own arithmetic works on clamped values and cannot overflow; an
     analyst's ``WHERE`` or ``FILTER`` could (``x * 1e300``, ``a / (b - 40)``), and
     a failure that depends on the rows must not happen once the query is charged.
     Arithmetic is allowed where every step stays below 1e300 whatever the rows:
     integer columns, literals, and division by a nonzero literal.
     """
+    if any(m.kind == "quantile" for m in plan.measures):
+        raise QueryRejected(
+            f"dataset {plan.dataset.name} has its rows in PostgreSQL, where dpsql has no DP "
+            "quantile (MEDIAN, PERCENTILE_CONT, QUANTILE_CONT, MIN, MAX) yet",
+            construct="quantile", advice="estimate it from a histogram: GROUP BY "
+            "dp_bin(col, WIDTH) with COUNT(*), or copy the table into a DuckDB dataset")
     for condition in [plan.where, *(m.filter for m in plan.measures)]:
         for node in condition.find_all(*_RAISING) if condition is not None else ():
             if not _magnitude(node, types) < _SAFE:

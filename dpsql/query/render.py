@@ -41,6 +41,7 @@ from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, Measure, QueryPlan
 from dpsql.query.predicates import total_numeric
+from dpsql.query.quantile import Grid, MeasureNoise, histograms, quantile_noise
 from dpsql.source import bounded_sql
 from dpsql.store import BOUNDABLE_TYPES
 
@@ -286,17 +287,28 @@ def encode_keys(select: exp.Select, plan: QueryPlan, ctx: Context) -> exp.Select
     return out
 
 
+def grid(col: Column, ctx: Context) -> Grid:
+    """The public candidates of a quantile of ``col`` (:mod:`dpsql.query.quantile`)."""
+    bounds = bounds_of(col)
+    assert bounds is not None
+    return Grid.over(bounds, _integer_column(col, ctx))
+
+
 def measure_sql(measure: Measure, plan: QueryPlan, ctx: Context) -> exp.Expr:
     """The aggregate of one measure, total on any data."""
     if measure.kind == "count":
         inner = f"COUNT({quote(measure.column) if measure.column else '*'})"
+    elif measure.kind == "quantile":
+        col = plan.dataset.column(measure.column or "")
+        position = grid(col, ctx).position_sql(_clamped(col, ctx), _integer_column(col, ctx))
+        inner = f"histogram({position})"
     else:
         col = plan.dataset.column(measure.column or "")
         inner = f"SUM({_units(measure, col, ctx)})"
     node = _sql(inner)
     if measure.filter is not None:
         node = exp.Filter(this=node, expression=exp.Where(this=measure.filter.copy()))
-    if measure.kind == "count":
+    if measure.kind in ("count", "quantile"):
         return node
     capped = f"least(greatest(coalesce(_x, 0), -{_SUM_CAP}), {_SUM_CAP})"
     wrapper = _sql(f"CAST({capped} AS BIGINT)")
@@ -331,7 +343,7 @@ def to_sql(plan: QueryPlan, ctx: Context) -> exp.Select:
 
 
 def calibrate(plan: QueryPlan, cost: PrivacyCost, accounting: Kind,
-              ctx: Context) -> tuple[Noise, ...]:
+              ctx: Context) -> tuple[MeasureNoise, ...]:
     """The noise of each measure, with ``cost`` split equally among the measures."""
     shares = cost.split([1] * len(plan.measures))
     return tuple(calibrate_measure(plan, measure, share, accounting, ctx)
@@ -339,12 +351,19 @@ def calibrate(plan: QueryPlan, cost: PrivacyCost, accounting: Kind,
 
 
 def calibrate_measure(plan: QueryPlan, measure: Measure, share: PrivacyCost, accounting: Kind,
-                      ctx: Context) -> Noise:
+                      ctx: Context) -> MeasureNoise:
     """The noise of one measure of ``plan`` given its ``share`` of the query's cost.
 
-    Privacy: sensitivity ``max_rows`` times what one row adds (:func:`fixed_point`).
+    Privacy: sensitivity ``max_rows`` times what one row adds (:func:`fixed_point`);
+    a quantile's exponential mechanism over its column's grid
+    (:func:`dpsql.query.quantile.quantile_noise`).
     """
     col = plan.dataset.column(measure.column) if measure.column else None
+    if measure.kind == "quantile":
+        assert col is not None
+        assert measure.q is not None
+        return quantile_noise(plan.cells, plan.dataset.max_rows, measure.q, grid(col, ctx),
+                              accounting, share)
     exponent, per_row = fixed_point(measure, col, ctx)
     sensitivity = plan.dataset.max_rows * per_row
     what = f"{measure.kind}({measure.column or '*'})"
@@ -392,9 +411,14 @@ def _value_set(values: list[Any], kind: pa.DataType) -> tuple[pa.Array, np.ndarr
     return pa.array([values[i] for i in kept], kind), np.array(kept, dtype=np.int64)
 
 
-def expand_public_keys(plan: QueryPlan, sparse: pa.Table) -> list[np.ndarray]:
-    """Dense int64 vectors (one per measure) over every public cell, in key-code order."""
-    if not plan.keys and sparse.num_rows == 1:  # a global aggregate: one row, one cell
+def expand_public_keys(plan: QueryPlan, sparse: pa.Table) -> list[Any]:
+    """Per measure, its exact values over every public cell, in key-code order.
+
+    Dense int64 vectors for counts and sums; for a quantile, each cell's histogram
+    of grid positions (:func:`dpsql.query.quantile.histograms`).
+    """
+    quantiles = any(m.kind == "quantile" for m in plan.measures)
+    if not plan.keys and sparse.num_rows == 1 and not quantiles:  # global: one row, one cell
         return [np.array([sparse.column(f"_m{j}")[0].as_py() or 0], dtype=np.int64)
                 for j in range(len(plan.measures))]
     cells = plan.cells
@@ -404,8 +428,11 @@ def expand_public_keys(plan: QueryPlan, sparse: pa.Table) -> list[np.ndarray]:
         codes = _codes(key, plan.dataset.column(key.column), sparse.column(f"_k{i}"))
         keep &= codes >= 0
         index = index * key.size + np.where(codes >= 0, codes, 0)
-    out = []
-    for j in range(len(plan.measures)):
+    out: list[Any] = []
+    for j, measure in enumerate(plan.measures):
+        if measure.kind == "quantile":
+            out.append(histograms(sparse.column(f"_m{j}"), index[keep], keep, cells))
+            continue
         values = sparse.column(f"_m{j}").fill_null(0).to_numpy(zero_copy_only=False)
         dense = np.zeros(cells, dtype=np.int64)
         np.add.at(dense, index[keep], values.astype(np.int64)[keep])

@@ -3,8 +3,10 @@
 ``EXPLAIN PRIVACY`` suggests, for each measurement, the least query cost (split
 equally over the query's measurements, as a charge would be) whose interval
 half-width at the confidence level is at most the target, in the measurement's
-own units (rows for a count, the column's units for a sum). Free: it reads only
-the plan and public calibration, never data.
+own units (rows for a count, the column's units for a sum). A quantile has no
+interval of values (its accuracy is a rank error in rows, which depends on the
+private distribution once read as values), so it gets no suggestion. Free: it
+reads only the plan and public calibration, never data.
 """
 
 from __future__ import annotations
@@ -25,9 +27,13 @@ _STEPS = 40  # bisection steps on log(cost): a bracket of 2**40 shrinks below 1e
 
 def suggest(plan: QueryPlan, accounting: Kind, ctx: Context, level: float,
             target: float) -> list[PrivacyCost | None]:
-    """Per measure of ``plan``: the least query cost meeting ``target``, None if none can."""
+    """Per measure of ``plan``: the least query cost meeting ``target``, None if none can.
+
+    None for a quantile measure too (no interval: see the module docstring).
+    """
     ctx = replace(ctx, exact=False)
-    return [_least_cost(plan, m, accounting, ctx, level, target) for m in plan.measures]
+    return [None if m.kind == "quantile" else _least_cost(plan, m, accounting, ctx, level, target)
+            for m in plan.measures]
 
 
 def _least_cost(plan: QueryPlan, measure: Measure, accounting: Kind, ctx: Context,
