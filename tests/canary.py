@@ -289,6 +289,22 @@ SETTINGS_AND_MORE = (
     "SELECT * FROM released.adult_syn, LATERAL (SELECT * FROM adult a "
     "WHERE a.age = adult_syn.age) x",
 )
+# DP quantiles (charged, noisy) and their misuses (refused before any charge): the income
+# canary is the column's maximum, outside its bounds, and the one row of its label.
+DP_SHAPES = (
+    "SELECT MAX(income), MIN(income), MEDIAN(age) FROM adult",
+    "SELECT label, MAX(income) FROM adult GROUP BY label",
+    "SELECT MAX(income) FROM adult WHERE income > 7000000",
+    "SELECT QUANTILE_CONT(income, 1) FROM adult",
+    "SELECT PERCENTILE_CONT(0.99) WITHIN GROUP (ORDER BY income) FILTER (WHERE sex = 1) "
+    "FROM adult",
+    "SELECT MEDIAN(fnlwgt) FROM adult", "SELECT MAX(note) FROM adult",
+    "SELECT MIN(label) FROM adult", "SELECT MAX(income * 10) FROM adult",
+    "SELECT MEDIAN(DISTINCT income) FROM adult", "SELECT QUANTILE_CONT(income, 1.5) FROM adult",
+    "SELECT QUANTILE_CONT(income, age) FROM adult",
+    "SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY fnlwgt) FROM adult",
+    "SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY income) FROM adult",
+)
 # The store's own file, read by path: the free path must not be able to open it.
 PATH_SHAPES = (
     "ATTACH '{path}' AS c2 (READ_ONLY)", "SELECT * FROM read_duckdb('{path}')",
@@ -401,6 +417,7 @@ def shape_attacks(store: Path) -> Iterator[str]:
         yield f"SELECT * FROM {view}"
         yield f"SELECT * FROM {RELEASED} r CROSS JOIN LATERAL (SELECT * FROM {view}) v LIMIT 50"
     yield from SETTINGS_AND_MORE
+    yield from DP_SHAPES
     for shape in PATH_SHAPES:
         yield shape.format(path=store)
 

@@ -1,0 +1,3 @@
+-- MAX of a text column
+-- expect: no bounds
+SELECT MAX(puma) FROM acs WHERE sex = 1

@@ -1,3 +1,0 @@
--- MEDIAN
--- expect: MEDIAN has no
-SELECT MEDIAN(age) FROM adult

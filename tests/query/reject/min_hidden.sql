@@ -1,0 +1,3 @@
+-- MIN of a hidden column
+-- expect: hidden
+SELECT MIN(fnlwgt) FROM adult
