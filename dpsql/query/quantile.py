@@ -228,6 +228,13 @@ class QuantileNoise:
         """False for the unbounded budget (the best candidate, no randomness)."""
         return self.epsilon > 0
 
+    def check(self, d_in: int, d_out: PrivacyCost) -> bool:
+        """Whether tables differing in ``d_in`` privacy units lose at most ``d_out``."""
+        if not self.noisy:
+            return d_out.infinite
+        em = ExponentialMechanism(Fraction(self.sensitivity), self.epsilon)
+        return em.check(d_in * self.sensitivity, d_out)
+
     def release(self, histograms: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """The chosen grid position of every cell (int64), from its histogram of positions."""
         em = ExponentialMechanism(Fraction(self.sensitivity), self.epsilon) if self.noisy \
