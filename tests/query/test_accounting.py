@@ -21,6 +21,7 @@ from dpsql import noise
 from dpsql.privacy import PrivacyCost
 from dpsql.query import answer
 from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
+from dpsql.query.mechanisms import Noise
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
 from tests.query.conftest import charges, with_budgets
@@ -235,13 +236,13 @@ def test_sql_that_cannot_bind_costs_nothing(
 def test_the_noise_is_drawn_after_the_query_runs_and_a_failed_draw_keeps_the_charge(
         pure_adult: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
-    real_run, real_sample = _DuckDBPrepared.run, answer.Noise.sample
+    real_run, real_sample = _DuckDBPrepared.run, Noise.sample
 
     def run(self: _DuckDBPrepared) -> object:
         events.append("run")
         return real_run(self)
 
-    def sample(self: answer.Noise, size: int) -> object:
+    def sample(self: Noise, size: int) -> object:
         events.append("drawn")
         return real_sample(self, size)
 
@@ -249,15 +250,15 @@ def test_the_noise_is_drawn_after_the_query_runs_and_a_failed_draw_keeps_the_cha
     pure_adult.sql(sql)  # the plan's first run binds before the charge
     pure_adult.sql("SET dpsql.epsilon = 0.05")  # a new measurement: not from the cache
     monkeypatch.setattr(_DuckDBPrepared, "run", run)
-    monkeypatch.setattr(answer.Noise, "sample", sample)
+    monkeypatch.setattr(Noise, "sample", sample)
     pure_adult.sql(sql)
     assert events == ["run", "drawn"]
 
-    def broken(self: answer.Noise, size: int) -> object:
+    def broken(self: Noise, size: int) -> object:
         raise RuntimeError("sampler broke")
 
     pure_adult.sql("SET dpsql.epsilon = 0.06")
-    monkeypatch.setattr(answer.Noise, "sample", broken)
+    monkeypatch.setattr(Noise, "sample", broken)
     with pytest.raises(dpsql.InternalError):
         pure_adult.sql(sql)
     assert charges(pure_adult) == 3
@@ -310,11 +311,11 @@ def test_explain_privacy_charges_nothing_and_matches_the_answer(pure_adult: Sess
 
 def test_rejections_are_audited_without_a_charge(pure_adult: Session) -> None:
     with pytest.raises(dpsql.QueryRejected):
-        pure_adult.sql("SELECT MAX(age) FROM adult")
+        pure_adult.sql("SELECT MODE(age) FROM adult")
     assert charges(pure_adult) == 0
     row = pure_adult.audit(last=1)[0]
     assert row["outcome"] == "rejected"
-    assert "MAX" in row["reason"]
+    assert "MODE" in row["reason"]
     assert row["cost"] is None
 
 

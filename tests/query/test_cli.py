@@ -57,7 +57,7 @@ def test_query_rejection_exit_code_and_json_error(store_path: Path) -> None:
                        "--user", "alice")
     assert result.returncode == dpsql.QueryRejected.exit_code
     assert "SELECT * would return raw rows" in result.stderr
-    result = dpsql_cli("query", "SELECT MAX(age) FROM adult", "--db", str(store_path),
+    result = dpsql_cli("query", "SELECT MODE(age) FROM adult", "--db", str(store_path),
                        "--user", "alice", "--json")
     assert json.loads(result.stdout)["error"] == "query_rejected"
 
@@ -68,7 +68,7 @@ def test_shell_session(store_path: Path, tmp_path: Path) -> None:
         "SELECT race,",
         "       COUNT(*) AS n",
         "FROM adult GROUP BY race;",
-        "SELECT MIN(age) FROM adult;",
+        "SELECT MODE(age) FROM adult;",
         "\\budget",
         "\\explain SELECT SUM(capital_gain) FROM adult",
         "\\help",
@@ -82,7 +82,7 @@ def test_shell_session(store_path: Path, tmp_path: Path) -> None:
     assert "race" in out
     assert out.count("\n") > 10
     assert "epsilon=0.2 at delta" in err  # the session option was used
-    assert "MIN has no differentially private mechanism" in err  # the shell kept going
+    assert "MODE has no differentially private mechanism" in err  # the shell kept going
     assert "remaining_epsilon" in out  # \budget
     assert "SUM(capital_gain)" in out
     assert "would cost" in err
@@ -153,14 +153,14 @@ def test_query_file_answers_each_statement_and_exits_with_the_first_failure(
         "SET dpsql.epsilon = 0.25;",
         "SELECT sex, COUNT(*) AS n FROM adult GROUP BY sex;",
         "",
-        "SELECT MAX(age) FROM adult;",  # statement 3, line 4: rejected (exit 4)
+        "SELECT MODE(age) FROM adult;",  # statement 3, line 4: rejected (exit 4)
         "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 50)",
         "  COUNT(*) FROM adult;",  # statement 4, line 5: over budget (exit 5)
         "SELECT COUNT(*) AS people FROM adult",  # the last needs no ';'
     ]) + "\n")
     result = dpsql_cli("query", "-f", str(script), "--db", str(store_path), "--user", "alice")
     assert result.returncode == dpsql.QueryRejected.exit_code  # the first failure's, not the last
-    assert f"error: statement 3 (line 4 of {script}): MAX has no" in result.stderr
+    assert f"error: statement 3 (line 4 of {script}): MODE has no" in result.stderr
     assert f"error: statement 4 (line 5 of {script}): " in result.stderr
     assert result.stderr.count("error:") == 2
     assert "epsilon=0.25 at delta" in result.stderr  # the SET held for the later statements

@@ -126,7 +126,7 @@ def test_error_positions_and_advice(adult: Session) -> None:
     assert (caught.value.line, caught.value.column) == (3, 7)
     assert caught.value.construct == "hidden column"
     with pytest.raises(dpsql.QueryRejected) as caught:
-        adult.sql("EXPLAIN PRIVACY\n  SELECT MIN(age) FROM adult")
+        adult.sql("EXPLAIN PRIVACY\n  SELECT MODE(age) FROM adult")
     assert (caught.value.line, caught.value.column) == (2, 10)
     with pytest.raises(dpsql.QueryRejected, match="did you mean 'hours_per_week'"):
         adult.sql("SELECT SUM(hours_per_wek) FROM adult")
