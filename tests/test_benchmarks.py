@@ -4,6 +4,7 @@ prints it on a ``README:`` line, so that a re-run can be compared with the table
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -56,3 +57,16 @@ def test_scale_runs_in_a_quick_mode() -> None:
     assert re.search(r"sds +20,000 rows: +[\d.]+ s +\(load [\d.]+\)", result.stdout)
     assert re.search(r"README: init peak memory \d+ MB vs plain DuckDB \d+ MB at 20,000 rows; "
                      r"sds [\d.]+ s at 20,000 rows", result.stdout)
+
+
+def test_sql_breadth_quick_mode_prints_its_figures() -> None:
+    """``benchmarks/sql_breadth.py --quick`` (about 6 s): DP quantiles against OpenDP and
+    their overhead over DuckDB, on the shared Adult data (skipped where it is absent)."""
+    if not any((d / "shared" / "data" / "adult" / "adult.csv").exists() for d in ROOT.parents) \
+            and "DPSQL_SHARED_DATA" not in os.environ:
+        pytest.skip("shared/data/adult is not available")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sql_breadth.py"),
+                             "--quick"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "README: DP quantile abs. error, 1000 Adult rows" in result.stdout
+    assert "README: DP quantile overhead on 100,000 rows: count (reference)" in result.stdout

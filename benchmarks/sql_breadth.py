@@ -1,0 +1,156 @@
+"""DP quantiles in SQL: accuracy against OpenDP's quantile, and overhead over plain DuckDB.
+
+Accuracy: on columns of the full Adult data (shared/data/adult, integer codes),
+dpsql's quantile mechanism (the code ``SELECT MEDIAN(col)`` runs after the
+database returns its histogram, over the same integer grid as the policy's
+bounds) and OpenDP 0.16's ``make_private_quantile`` (same candidates, same q,
+its scale found by ``binary_search_param`` for pure epsilon under add/remove of
+one row) each answer ``--reps`` times; the table gives the median and 90th
+percentile of the absolute error against the true quantile (DuckDB's
+``quantile_disc``), on the whole column and on a seeded 1,000-row subsample.
+Overhead: ``SELECT MEDIAN(age)`` and a grouped ``QUANTILE_CONT`` end to end
+through ``Session.sql`` (fresh epsilon each run, so no cached answer;
+``COUNT(*)`` shows dpsql's fixed overhead) against the same plain DuckDB query,
+on ``--rows`` rows (the Adult sample replicated as in ``query_overhead.py``),
+median of ``--runs``.
+
+    python benchmarks/sql_breadth.py [--rows 10000000] [--reps 100] [--runs 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+from _common import median_time, print_table, readme, shared_data
+from query_overhead import build
+
+import dpsql
+from dpsql.privacy import PrivacyCost
+from dpsql.query.quantile import Grid, QuantileNoise
+
+COLUMNS = {"age": 84, "hours-per-week": 98, "education-num": 15}  # bounds [0, hi]
+QS = (Fraction(1, 2), Fraction(9, 10), Fraction(1, 100))
+EPSILONS = (Fraction(1, 100), Fraction(1, 10), Fraction(1))
+SUBSAMPLE = 1000  # rows of a seeded subsample, where the noise shows
+OVERHEAD = {
+    "count (reference)": ("SELECT COUNT(*) FROM adult", "SELECT count(*) FROM main.adult"),
+    "median": ("SELECT MEDIAN(age) FROM adult", "SELECT median(age) FROM main.adult"),
+    "p90 by sex, race": ("SELECT sex, race, QUANTILE_CONT(hours_per_week, 0.9) FROM adult "
+                         "GROUP BY sex, race", "SELECT sex, race, quantile_cont(hours_per_week,"
+                         " 0.9) FROM main.adult GROUP BY sex, race"),
+}
+
+
+def adult_column(name: str) -> np.ndarray:
+    path = shared_data("adult", "adult.csv")
+    return duckdb.sql(f"SELECT \"{name}\" FROM read_csv('{path}')").fetchnumpy()[name]
+
+
+def dpsql_answers(values: np.ndarray, hi: int, q: Fraction, epsilon: Fraction,
+                  reps: int) -> np.ndarray:
+    grid = Grid(Fraction(0), Fraction(hi), hi)
+    noise = QuantileNoise.calibrate("pure", 1, q, grid, PrivacyCost.pure(epsilon), "bench")
+    positions, counts = np.unique(np.clip(values, 0, hi), return_counts=True)
+    return grid.values(noise.release([(positions, counts)] * reps))
+
+
+def opendp_answers(values: np.ndarray, hi: int, q: Fraction, epsilon: Fraction,
+                   reps: int) -> np.ndarray:
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    domain = dp.vector_domain(dp.atom_domain(T=int))
+
+    def make(scale: float) -> Any:
+        return dp.m.make_private_quantile(domain, dp.symmetric_distance(), dp.max_divergence(),
+                                          candidates=list(range(hi + 1)), alpha=float(q),
+                                          scale=scale)
+
+    scale = dp.binary_search_param(make, d_in=1, d_out=float(epsilon))
+    measurement = make(scale)
+    data = [int(v) for v in np.clip(values, 0, hi)]
+    return np.array([measurement(data) for _ in range(reps)], dtype=np.float64)
+
+
+def accuracy(reps: int, quick: bool) -> list[dict[str, Any]]:
+    rows = []
+    for name, hi in COLUMNS.items():
+        full = adult_column(name)
+        small = np.random.default_rng(0).choice(full, SUBSAMPLE, replace=False)
+        for values in (small,) if quick else (full, small):
+            rows += _accuracy_rows(name, hi, values, reps)
+    return rows
+
+
+def _accuracy_rows(name: str, hi: int, values: np.ndarray, reps: int) -> list[dict[str, Any]]:
+    rows = []
+    for q in QS:
+        truth = float(np.quantile(np.clip(values, 0, hi), float(q), method="inverted_cdf"))
+        for epsilon in EPSILONS:
+            row: dict[str, Any] = {"column": name, "n": values.size, "q": float(q),
+                                   "epsilon": float(epsilon), "truth": truth}
+            for who, answers in (("dpsql", dpsql_answers), ("opendp", opendp_answers)):
+                errors = np.abs(answers(values, hi, q, epsilon, reps) - truth)
+                row[f"{who}_median"] = float(np.median(errors))
+                row[f"{who}_p90"] = float(np.quantile(errors, 0.9))
+            rows.append(row)
+    return rows
+
+
+def overhead(rows: int, runs: int) -> list[dict[str, Any]]:
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = build(Path(tmp), rows)
+        with dpsql.connect(path, "alice") as alice:
+            cursor = alice.store.cursor()
+            fresh = iter(range(1, 10**6))
+            for name, (dp_sql, plain_sql) in OVERHEAD.items():
+
+                def dp_run(sql: str = dp_sql) -> None:
+                    alice.sql(f"SET dpsql.epsilon = {next(fresh) / 10**6}")
+                    alice.sql(sql)
+
+                def plain_run(sql: str = plain_sql) -> None:
+                    cursor.execute(sql).fetchall()
+
+                dp_run()  # plans and binds the text once
+                dp_time, _ = median_time(dp_run, runs)
+                plain_time, _ = median_time(plain_run, runs)
+                out.append({"query": name, "rows": rows, "dpsql_s": dp_time,
+                            "duckdb_s": plain_time, "ratio": dp_time / plain_time})
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--reps", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--quick", action="store_true",
+                        help="the subsample only, 10 reps, 100,000 rows, 3 runs")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.rows, args.reps, args.runs = 100_000, 10, 3
+    table = accuracy(args.reps, args.quick)
+    print_table(table, args.json)
+    small = [r for r in table if r["n"] == SUBSAMPLE and r["epsilon"] == 0.1]
+    readme(f"DP quantile abs. error, {SUBSAMPLE} Adult rows, eps 0.1 (dpsql/OpenDP, median and "
+           "p90 of runs): " + ", ".join(
+               f"{r['column']} q={r['q']:g} {r['dpsql_median']:g}/{r['opendp_median']:g} "
+               f"p90 {r['dpsql_p90']:g}/{r['opendp_p90']:g}" for r in small))
+    costs = overhead(args.rows, args.runs)
+    print_table(costs, args.json)
+    readme(f"DP quantile overhead on {args.rows:,} rows: " + ", ".join(
+        f"{r['query']} {r['ratio']:.2f}x ({r['dpsql_s'] * 1e3:.0f} ms vs "
+        f"{r['duckdb_s'] * 1e3:.0f} ms)" for r in costs))
+
+
+if __name__ == "__main__":
+    main()
