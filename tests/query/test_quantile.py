@@ -22,7 +22,7 @@ from dpsql.query.quantile import Grid, QuantileNoise, scores
 from dpsql.session import Session
 from dpsql.synth.exponential import ExponentialMechanism
 from tests.conftest import ADULT_SAMPLE
-from tests.query.conftest import plain, table_policy
+from tests.query.conftest import charges, plain, table_policy
 
 # -- exact (unbounded budget): the grid point DuckDB's quantile_disc picks ------------------
 
@@ -198,3 +198,41 @@ def test_the_audit_bound_does_not_exceed_the_claim() -> None:
 @pytest.mark.slow
 def test_the_audit_bound_does_not_exceed_the_claim_thorough() -> None:
     assert _epsilon_lower_bound(400_000) <= 1.0
+
+
+# -- through the session: EXPLAIN, the cache, zCDP, the group limit ------------------------------
+
+
+def test_explain_privacy_states_the_cost_and_the_rank_accuracy(pure_adult: Session) -> None:
+    explained = pure_adult.sql("EXPLAIN PRIVACY SELECT MEDIAN(age) FROM adult")
+    row = explained.table.to_pylist()[0]
+    # epsilon 0.1 (pure), sensitivity 1/2, 85 candidates, 95%: (2 * 0.5 / 0.1)(ln 85 + ln 20)
+    assert row["mechanism"] == "exponential"
+    assert row["cost"].startswith("epsilon=0.1")
+    assert row["ci_halfwidth"] == pytest.approx(10 * (math.log(85) + math.log(20)), rel=1e-6)
+    assert "rows of the 0.5 quantile" in explained.columns["median_age"]["accuracy"]
+    assert charges(pure_adult) == 0
+
+
+def test_a_repeat_is_answered_from_the_cache_with_the_same_numbers(pure_adult: Session) -> None:
+    sql = "SELECT sex, MIN(age), MAX(age), QUANTILE_CONT(hours_per_week, 0.9) FROM adult " \
+          "GROUP BY sex"
+    first = pure_adult.sql(sql)
+    again = pure_adult.sql(sql)
+    assert again.cached
+    assert again.table.equals(first.table)
+    assert charges(pure_adult) == 1
+
+
+def test_under_zcdp_a_quantile_is_charged_and_answered_in_bounds(adult: Session) -> None:
+    answer = adult.sql("SELECT race, MEDIAN(hours_per_week) AS m FROM adult GROUP BY race")
+    assert charges(adult) == 1
+    assert all(0 <= m <= 98 for m in answer.table.column("m").to_pylist())
+    assert answer.columns["m"]["mechanism"] == "exponential"
+
+
+def test_too_many_groups_for_a_quantile_is_refused_at_no_cost(pure_adult: Session) -> None:
+    with pytest.raises(dpsql.QueryRejected, match="more than the 10000 allowed"):
+        pure_adult.sql("SELECT MEDIAN(capital_gain) FROM adult GROUP BY dp_bin(age, 1), "
+                       "dp_bin(hours_per_week, 1), sex")
+    assert charges(pure_adult) == 0
