@@ -42,6 +42,7 @@ QUERIES = [
     "SELECT dp_bin({c}), COUNT(*) FROM t GROUP BY dp_bin({c})",
     "SELECT dp_bin({c}, 100), SUM({c}) FROM t GROUP BY 1",
     "SELECT name, SUM({c}) FROM t WHERE name = 'rich' AND {c} < 5.5 GROUP BY name",
+    "SELECT name, MEDIAN({c}), MIN({c}), MAX({c}), QUANTILE_CONT({c}, 0.9) FROM t GROUP BY name",
 ]
 
 
