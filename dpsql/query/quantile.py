@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
@@ -106,18 +107,19 @@ def _q(text: str, node: exp.Expr | None, call: exp.Expr) -> Fraction:
     if not (isinstance(node, exp.Literal) and not node.is_string):
         raise reject(text, "the quantile must be a number written in the query", node or call,
                      construct="quantile", advice=advice)
-    try:
-        q = Fraction(node.this)
-    except (ValueError, ZeroDivisionError):
+    try:  # a Decimal keeps 1e-999999999 small; a Fraction of it would not be
+        q = Decimal(node.this)
+    except InvalidOperation:
         raise reject(text, "the quantile must be a plain number", node,
                      construct="quantile", advice=advice) from None
     if not 0 <= q <= 1:
         raise reject(text, f"the quantile {node.this} is outside [0, 1]", node,
                      construct="quantile", advice=advice)
-    if q.denominator > 10**Q_DECIMALS or 10**Q_DECIMALS % q.denominator:
+    exponent = q.normalize().as_tuple().exponent
+    if q and isinstance(exponent, int) and exponent < -Q_DECIMALS:
         raise reject(text, f"the quantile {node.this} has more than {Q_DECIMALS} decimals",
                      node, construct="quantile", advice="round it, e.g. 0.333333")
-    return q
+    return Fraction(q)
 
 
 # -- the grid ---------------------------------------------------------------------------------
