@@ -115,11 +115,22 @@ def _q(text: str, node: exp.Expr | None, call: exp.Expr) -> Fraction:
     if not 0 <= q <= 1:
         raise reject(text, f"the quantile {node.this} is outside [0, 1]", node,
                      construct="quantile", advice=advice)
-    exponent = q.normalize().as_tuple().exponent
-    if q and isinstance(exponent, int) and exponent < -Q_DECIMALS:
+    if q and _decimals(q) > Q_DECIMALS:
         raise reject(text, f"the quantile {node.this} has more than {Q_DECIMALS} decimals",
                      node, construct="quantile", advice="round it, e.g. 0.333333")
     return Fraction(q)
+
+
+def _decimals(q: Decimal) -> int:
+    """Decimal places of a finite ``q``, trailing zeros left out.
+
+    Exact, unlike ``normalize()``, which rounds to 28 digits and flushes
+    1e-999999999 to 0.
+    """
+    _, digits, exponent = q.as_tuple()
+    assert isinstance(exponent, int)
+    written = "".join(map(str, digits))
+    return -exponent - (len(written) - len(written.rstrip("0")))
 
 
 # -- the grid ---------------------------------------------------------------------------------
