@@ -236,3 +236,30 @@ def test_too_many_groups_for_a_quantile_is_refused_at_no_cost(pure_adult: Sessio
         pure_adult.sql("SELECT MEDIAN(capital_gain) FROM adult GROUP BY dp_bin(age, 1), "
                        "dp_bin(hours_per_week, 1), sex")
     assert charges(pure_adult) == 0
+
+
+def test_with_intervals_a_quantile_has_null_bounds_and_is_never_flagged(
+        pure_adult: Session) -> None:
+    """Beside the spread family: the variance gets its interval, the quantile NULL bounds."""
+    pure_adult.sql("SET dpsql.ci = 0.95")
+    answer = pure_adult.sql("SELECT race, MEDIAN(age) AS m, VAR_POP(age) AS v FROM adult "
+                            "GROUP BY race")
+    rows = answer.table.to_pylist()
+    assert all(r["m_ci_low"] is None and r["m_ci_high"] is None for r in rows)
+    assert all(0 <= r["m"] <= 84 for r in rows)  # age: bounds [0, 84]
+    assert any(r["v"] is not None for r in rows)  # NULL where the noisy count is below one
+    assert all(r["v_ci_low"] <= r["v"] <= r["v_ci_high"] for r in rows if r["v"] is not None)
+    # race has small groups at epsilon 0.1: some variances are flagged, no median is
+    assert answer.noise_dominated["m"] == [False] * len(rows)
+    assert any(answer.noise_dominated["v"])
+
+
+def test_a_target_error_suggests_nothing_for_a_quantile(pure_adult: Session) -> None:
+    pure_adult.sql("SET dpsql.target_error = 50")
+    mixed = pure_adult.sql("EXPLAIN PRIVACY SELECT MEDIAN(age), COUNT(*) FROM adult")
+    assert mixed.table.column("suggested_cost").to_pylist()[0] is None
+    assert mixed.table.column("suggested_cost").to_pylist()[1] is not None
+    assert "SET dpsql.epsilon = " in (mixed.notice or "")
+    alone = pure_adult.sql("EXPLAIN PRIVACY SELECT MAX(age) FROM adult")
+    assert "no measurement has an interval" in (alone.notice or "")
+    assert charges(pure_adult) == 0
