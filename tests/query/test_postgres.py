@@ -38,7 +38,7 @@ from dpsql.query.postgres import PostgresEngine, range_check
 from dpsql.source import bounded_sql
 from tests import pgcluster
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
-from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, with_budgets
+from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, charges, with_budgets
 from tests.query.test_exact import ACS_CASES, ADULT_CASES, CONSTANT_CASES, ORDERED_CASES
 
 pytestmark = pytest.mark.skipif(pgcluster.initdb_path() is None,
@@ -281,6 +281,22 @@ def test_arithmetic_that_could_raise_is_refused_before_the_charge(
         with pytest.raises(QueryRejected, match="could overflow or divide by zero"):
             session.sql(f"SELECT COUNT(*) FROM acs WHERE {condition}")
         assert session.budget()[0].spent == before
+
+
+@pytest.mark.parametrize("sql", [
+    "SELECT MEDIAN(agep) FROM acs", "SELECT sex, MAX(pincp) FROM acs GROUP BY sex",
+    "EXPLAIN PRIVACY SELECT QUANTILE_CONT(agep, 0.9) FROM acs",
+])
+def test_a_quantile_is_refused_before_the_charge(twins: dict[str, tuple[Path, Path]],
+                                                 sql: str) -> None:
+    """DuckDB answers it; PostgreSQL has no DP quantile (histogram() is DuckDB's) yet."""
+    with dpsql.connect(twins["acs"][0], "alice") as session:
+        session.sql(sql)
+    with dpsql.connect(twins["acs"][1], "alice") as session:
+        before = charges(session)
+        with pytest.raises(QueryRejected, match="PostgreSQL, where dpsql has no DP quantile"):
+            session.sql(sql)
+        assert charges(session) == before
 
 
 def test_enforced_bounds_from_check_constraints(pg: pgcluster.Cluster) -> None:
