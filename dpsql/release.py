@@ -4,8 +4,8 @@
    private (role, name, policy, synthesizer, options, columns, budget
    arithmetic, the synthesizer's own public ``check``; a refusal is audited
    and costs nothing), then the ledger charges the budget (DP synthesizers
-   only) and commits. :meth:`Charged.export` then writes the bounded source to
-   a private folder (Arrow IPC).
+   only) and commits. :meth:`Charged.export` then streams the bounded source from
+   the dataset's engine (the store, or PostgreSQL) to a private folder (Arrow IPC).
 2. :func:`synthesize`, in a worker process (see :mod:`dpsql.jobs`): fit on that
    source, sample, decode; the results go back to the folder as Arrow IPC and JSON.
 3. :meth:`Charged.write`, in the owner: one DuckDB transaction checks and writes
@@ -31,14 +31,23 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import duckdb
 import numpy as np
 import pyarrow as pa
+import sqlglot
 
 from dpsql import __version__, provenance
 from dpsql.domain import Domain, quote
-from dpsql.errors import ConfigurationError, DPSQLError, InternalError, ReleaseError
+from dpsql.errors import (
+    ConfigurationError,
+    DPSQLError,
+    InternalError,
+    PolicyError,
+    ReleaseError,
+)
+from dpsql.interrupt import Interrupter
 from dpsql.policy import Dataset
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.progress import Progress, silent
-from dpsql.source import bounded_relation
+from dpsql.query.engine import engine_for
+from dpsql.source import bounded_sql
 from dpsql.store import HARDENED_CONFIG, Store, check_identifier, now
 from dpsql.synth import base as synth_base
 from dpsql.synth import shape
@@ -83,6 +92,7 @@ class _Plan:
     previous: dict[str, Any] | None
     warnings: list[str]
     statement: str
+    types: dict[str, str]  # the dataset table's column types, read before the charge
 
     def fit_spec(self) -> FitSpec:
         """What the worker needs to fit and sample (no policy objects: those stay here)."""
@@ -157,7 +167,7 @@ class Charged:
         """Write what the worker reads (the bounded source of a fresh release) to ``folder``."""
         if self.plan is not None:
             export_source(ctx.store, self.plan.dataset, self.plan.domain.names,
-                          folder / SOURCE_FILE)
+                          folder / SOURCE_FILE, self.plan.types)
 
     def write(self, ctx: Context, folder: Path, report: Progress) -> Release:
         """Validate the worker's results and write them in one transaction."""
@@ -223,10 +233,7 @@ def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
     if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ConfigurationError(f"seed must be a non-negative integer, got {seed!r}")
     ds = policy.dataset(dataset_name)
-    if ds.engine is not None:
-        raise ReleaseError(f"dataset {ds.name!r} lives in PostgreSQL, and releases read "
-                           "datasets in the store only for now (docs/engines.md); nothing "
-                           "was charged")
+    types = _source_types(store, ds)
     synth = synth_base.get(synth_name, **options)
     if synth_name not in ds.synthesizers:
         allowed = ", ".join(ds.synthesizers) or "none"
@@ -278,7 +285,19 @@ def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
     chosen_seed = int(seed) if seed is not None else secrets.randbits(63)
     return _Plan(ds, synth, synth_name, options, domain, cost, dp, rows, copies, name,
                  chosen_seed, "user" if seed is not None else "generated", previous, warnings,
-                 statement)
+                 statement, types)
+
+
+def _source_types(store: Store, ds: Dataset) -> dict[str, str]:
+    """The column types of ``ds``'s table; for one on another engine, asked of it now.
+
+    Before the charge: an engine that is down refuses the release at no cost.
+    """
+    try:
+        return store.dataset_columns(ds)
+    except PolicyError as err:
+        raise ReleaseError(f"the table of dataset {ds.name!r} cannot be read ({err}); "
+                           "nothing was charged") from None
 
 
 def _check_count(value: Any, what: str, *, allow_none: bool = False) -> None:
@@ -338,18 +357,28 @@ def _statement(dataset: str, synth: str, name: str, epsilon: Any, delta: Any, rh
 SOURCE_FILE = "source.arrow"
 
 
-def export_source(store: Store, dataset: Dataset, columns: Sequence[str], path: Path) -> None:
+def export_source(store: Store, dataset: Dataset, columns: Sequence[str], path: Path,
+                  types: Mapping[str, str]) -> None:
     """Write the bounded source's ``columns`` to ``path`` (Arrow IPC), for the worker.
 
-    Only the release's domain leaves the store: no hidden column, no privacy unit,
-    no column outside the policy. Written by pyarrow from the store's connection,
-    which has no file access.
+    Only the release's domain leaves the engine: no hidden column, no privacy unit,
+    no column outside the policy. The rows arrive in batches from the dataset's
+    engine (the store's connection, which has no file access, or another
+    engine), so memory here does not grow with the table; ``types``: the
+    table's column types.
     """
-    relation = bounded_relation(store, dataset, store.cursor())
-    reader = relation.select(*(quote(c) for c in columns)).to_arrow_reader(1 << 16)
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, reader.schema) as out:
-        for batch in reader:
-            out.write_batch(batch)
+    names = ", ".join(quote(c) for c in columns)
+    query = sqlglot.parse_one(f"SELECT {names} FROM {bounded_sql(dataset, store.secret, types)}",
+                              read="duckdb")
+    empty = ", ".join(f"CAST(NULL AS {types[c]}) AS {quote(c)}" for c in columns)
+    schema = duckdb.connect().sql(f"SELECT {empty}").to_arrow_table().schema
+    engine = engine_for(dataset, store, Interrupter())
+    try:
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as out:
+            for batch in engine.stream(query, schema):
+                out.write_batch(batch)
+    finally:
+        engine.close()
 
 
 def read_arrow(path: Path) -> pa.Table:
@@ -511,7 +540,7 @@ def _check_codes(codes: pa.Table, domain: Domain, rows: int) -> None:
 def _record(ctx: Context, plan: _Plan, audit_id: int, spent: PrivacyCost,
             description: dict[str, Any], rows: int, copies: int, output: str,
             products: list[str], resumable: bool) -> dict[str, Any]:
-    policy, store, ds = ctx.policy, ctx.store, plan.dataset
+    policy, ds = ctx.policy, plan.dataset
     delta = policy.delta
     module = type(plan.synth).__module__
     known = {"parameters", "measurements", "diagnostics", "within_bin_shapes"}
@@ -522,7 +551,7 @@ def _record(ctx: Context, plan: _Plan, audit_id: int, spent: PrivacyCost,
         "table": f"released.{plan.name}",
         "dataset": {"name": ds.name, "table": ds.table,
                     "fingerprint": provenance.dataset_fingerprint(
-                        policy, ds.name, store.table_columns(ds.table)),
+                        policy, ds.name, plan.types),
                     "privacy_unit": ds.privacy_unit or "row", "max_rows": ds.max_rows},
         "policy_fingerprint": policy.fingerprint,
         "synthesizer": {"name": plan.synth_name, "module": module,

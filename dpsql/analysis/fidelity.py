@@ -218,6 +218,9 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
                            "udfs.dp_range_count instead")
     domain = provenance.domain_of(store, record)
     dataset = provenance.dataset_of(store, record)
+    if dataset.engine is not None:
+        raise ReleaseError(f"dataset {dataset.name!r} lives on another engine, and evaluate "
+                           "reads the real rows from the store only for now (docs/engines.md)")
     copies = int(record.get("copies", 1))
     has_copy_column = COPY_COLUMN in store.table_columns(name, "released")
     chosen = copy if copy is not None else (1 if has_copy_column else None)

@@ -66,6 +66,13 @@ class Engine(Protocol):
     def execute(self, query: exp.Expr) -> pa.Table:
         """Bind and run ``query`` and return its result."""
 
+    def stream(self, query: exp.Expr, schema: pa.Schema, size: int = 1 << 16
+               ) -> Iterator[pa.RecordBatch]:
+        """``query``'s rows in Arrow batches of at most ``size`` rows, never all at once.
+
+        For a release's bounded source, which may not fit in memory.
+        """
+
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> database type of a sensitive table (schema only, no rows)."""
 
@@ -186,6 +193,12 @@ class DuckDBEngine:
                 "current_database() AND schema_name = 'main' AND table_name = ? "
                 "AND constraint_type = 'CHECK'", [table]).fetchall()
         return intersected(between_bounds(expression) for (expression,) in rows)
+
+    def stream(self, query: exp.Expr, schema: pa.Schema, size: int = 1 << 16
+               ) -> Iterator[pa.RecordBatch]:
+        """``query``'s rows as Arrow batches of at most ``size`` rows (``schema``: their types)."""
+        with _querying(self.interrupts, self._snapshot()) as cursor:
+            yield from cursor.sql(self.render(query)).to_arrow_reader(size)
 
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> DuckDB type, from binding ``SELECT *`` (no rows are read)."""

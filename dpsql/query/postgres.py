@@ -126,11 +126,15 @@ class PostgresEngine:
         return self._connection
 
     @contextmanager
-    def querying(self) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor of the snapshot that the interrupter can cancel; errors become EngineError."""
+    def querying(self, name: str | None = None) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor of the snapshot that the interrupter can cancel; errors become EngineError.
+
+        ``name``: a server-side cursor of that name, whose rows arrive as fetched.
+        """
         connection = self._snapshot()
         try:
-            with self.interrupts.running(_Cancel(connection)), connection.cursor() as cursor:
+            with self.interrupts.running(_Cancel(connection)), \
+                    connection.cursor(name=name) if name else connection.cursor() as cursor:
                 yield cursor
         except pg_errors.QueryCanceled:
             raise QueryCanceled() from None
@@ -162,6 +166,20 @@ class PostgresEngine:
     def execute(self, query: exp.Expr) -> pa.Table:
         """Bind and run ``query``."""
         return self.prepare(query).run()
+
+    def stream(self, query: exp.Expr, schema: pa.Schema, size: int = 1 << 16
+               ) -> Iterator[pa.RecordBatch]:
+        """``query``'s rows as Arrow batches of at most ``size`` rows, in ``schema``.
+
+        A server-side cursor sends ``size`` rows per round trip, so memory here does
+        not grow with the table (a release exports its bounded source this way).
+        """
+        with self.querying(name="dpsql_stream") as cursor:
+            cursor.execute(self.render(query))
+            while rows := cursor.fetchmany(size):
+                columns = zip(*rows, strict=True)  # rows -> columns
+                yield pa.record_batch([pa.array(column, type=field.type) for column, field
+                                       in zip(columns, schema, strict=True)], schema=schema)
 
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> type (DuckDB's name for it) of the engine's table, from the catalog.

@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pytest
 import sqlglot
 import yaml
 
 import dpsql
+from dpsql import provenance
 from dpsql.errors import (
     DPSQLError,
     InternalError,
@@ -33,7 +35,7 @@ from dpsql.errors import (
 )
 from dpsql.interrupt import Interrupter
 from dpsql.policy import Policy
-from dpsql.query.engine import EngineError
+from dpsql.query.engine import DuckDBEngine, EngineError
 from dpsql.query.postgres import PostgresEngine, range_check
 from dpsql.source import bounded_sql
 from tests import pgcluster
@@ -212,12 +214,47 @@ def test_password_is_never_shown(twins: dict[str, tuple[Path, Path]], tmp_path: 
         assert not any(secret in text for text in seen)
 
 
-def test_release_is_refused_before_the_charge(twins: dict[str, tuple[Path, Path]]) -> None:
-    with dpsql.connect(twins["adult"][1], "admin") as admin:
+def test_release_streams_the_same_source_from_postgres(twins: dict[str, tuple[Path, Path]],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release on PostgreSQL exports the same bounded rows as on DuckDB, in batches."""
+    exported: dict[str, list[Any]] = {"duckdb": [], "postgres": []}
+
+    def recording(engine: type, name: str, size: int) -> None:
+        stream = engine.stream
+
+        def recorded(self: Any, query: Any, schema: Any, _: int = 0) -> Any:
+            for batch in stream(self, query, schema, size):
+                assert batch.num_rows <= size
+                exported[name].append(batch)
+                yield batch
+        monkeypatch.setattr(engine, "stream", recorded)
+
+    recording(DuckDBEngine, "duckdb", 1 << 16)
+    recording(PostgresEngine, "postgres", 1000)
+    for path in twins["adult"]:
+        with dpsql.connect(path, "admin") as admin:
+            admin.release("adult", synthesizer="independent", name="streamed", epsilon=1,
+                          rows=300, columns=["age", "sex", "race"], replace=True)
+            assert admin.store.cursor().execute("SELECT count(*) FROM released.streamed"
+                                            ).fetchone() == (300,)
+            record = repr(provenance.find(admin.store, "streamed"))
+            assert pgcluster.READER_PASSWORD not in record
+            assert "dsn" not in record
+    assert len(exported["postgres"]) > 2  # several round trips, never the whole table at once
+    rows = {name: sorted(pa.Table.from_batches(batches).to_pylist(), key=repr)
+            for name, batches in exported.items()}
+    assert len(rows["duckdb"]) > 3000
+    assert rows["postgres"] == rows["duckdb"]
+
+
+def test_release_with_the_engine_down_charges_nothing(pg: pgcluster.Cluster, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    with dpsql.connect(store_with_engine_down(pg, tmp_path, monkeypatch), "admin") as admin:
         before = admin.budget("admin")[0].spent
-        with pytest.raises(ReleaseError, match="lives in PostgreSQL"):
+        with pytest.raises(ReleaseError, match=r"cannot be read.*nothing was charged") as err:
             admin.release("adult", synthesizer="independent", name="r", epsilon=1, rows=10)
         assert admin.budget("admin")[0].spent == before
+        assert pgcluster.READER_PASSWORD not in str(err.value)
 
 
 def test_policy_refuses_a_password_in_the_dsn(pg: pgcluster.Cluster) -> None:
@@ -247,8 +284,9 @@ def test_init_checks_the_engine_table(pg: pgcluster.Cluster, twins: Any, tmp_pat
     assert not (tmp_path / "s.duckdb").exists()
 
 
-def test_engine_down_charges_nothing(pg: pgcluster.Cluster, tmp_path: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def store_with_engine_down(pg: pgcluster.Cluster, tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A store whose Adult dataset is on PostgreSQL, whose DSN now names a port nobody serves."""
     raw = yaml.safe_load(with_budgets(ADULT_POLICY, budget={"epsilon": 5},
                                    default={"epsilon": 1}))
     raw["datasets"]["adult"]["engine"] = {"kind": "postgres", "dsn_env": "DPSQL_TEST_PG_DSN",
@@ -259,7 +297,12 @@ def test_engine_down_charges_nothing(pg: pgcluster.Cluster, tmp_path: Path,
     dpsql.init(tmp_path / "s.duckdb", policy)[0].close()
     nowhere = pgcluster.Cluster(1).dsn(password=pgcluster.READER_PASSWORD)  # nothing listens
     monkeypatch.setenv("DPSQL_TEST_PG_DSN", nowhere)
-    with dpsql.connect(tmp_path / "s.duckdb", "alice") as alice:
+    return tmp_path / "s.duckdb"
+
+
+def test_engine_down_charges_nothing(pg: pgcluster.Cluster, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    with dpsql.connect(store_with_engine_down(pg, tmp_path, monkeypatch), "alice") as alice:
         before = alice.budget()[0].remaining
         with pytest.raises(InternalError, match=r"server is down.*nothing was charged") as err:
             alice.sql("SELECT COUNT(*) FROM adult")
