@@ -2,8 +2,9 @@
 
 Query and release code receive a Context, never the Session: the user, the policy
 in force when the request began (an admin applying a new one mid-request changes
-nothing for it), the session's options as they were, the store and the
-interrupter. It cannot change the session, so the request's code cannot either.
+nothing for it), the session's options as they were, the store, the
+interrupter and the session's kept connections to other engines. It cannot
+change the session, so the request's code cannot either.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dpsql.interrupt import Interrupter
 from dpsql.ledger import Ledger
 from dpsql.policy import Policy, User
 from dpsql.privacy import Number, PrivacyCost, budget_cost
+from dpsql.query.engine import Links
 from dpsql.store import Store
 
 
@@ -29,6 +31,7 @@ class Context:
     user: str
     options: Mapping[str, Any]  # read-only (a MappingProxyType of a copy)
     interrupts: Interrupter
+    links: Links | None = None  # the session's kept connections to other engines
 
     @property
     def principal(self) -> User:

@@ -18,6 +18,7 @@ from dpsql.interrupt import Interrupter
 from dpsql.ledger import Budget, Ledger, apply_policy
 from dpsql.policy import Dataset, Policy, User
 from dpsql.privacy import Number, PrivacyCost
+from dpsql.query.engine import Links
 from dpsql.store import Store, check_identifier
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class Session:
         self.user = user
         self.options: dict[str, Any] = {}
         self.interrupts = Interrupter()
+        self.links = Links()  # connections to other engines, kept between statements
         self._closed = False
 
     # -- identity and policy ------------------------------------------------------------
@@ -74,7 +76,7 @@ class Session:
         from dpsql.context import Context
 
         return Context(self.store, self.policy, self.user, MappingProxyType(dict(self.options)),
-                       self.interrupts)
+                       self.interrupts, self.links)
 
     def require_admin(self, action: str) -> None:
         """Raise AccessDenied unless this session's user is an administrator."""
@@ -238,6 +240,7 @@ class Session:
         """Release the store handle (idempotent)."""
         if not self._closed:
             self._closed = True
+            self.links.close()
             self.store.close()
 
     def __enter__(self) -> Session:

@@ -142,7 +142,8 @@ class _Call:
         if dataset.engine is None:
             return self.engine
         if dataset.name not in self.others:
-            self.others[dataset.name] = engine_for(dataset, self.ctx.store, self.ctx.interrupts)
+            self.others[dataset.name] = engine_for(dataset, self.ctx.store, self.ctx.interrupts,
+                                                   self.ctx.links)
         return self.others[dataset.name]
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 import duckdb
 import pyarrow as pa
@@ -208,8 +208,41 @@ class DuckDBEngine:
                                                           strict=True)}
 
 
-def engine_for(dataset: Dataset, store: Store, interrupts: Interrupter) -> Engine:
-    """The engine that holds ``dataset``'s rows, for one statement (close it after)."""
+class Links:
+    """A session's open connections to other engines, kept between its statements.
+
+    A statement takes the connection it needs and gives it back when it ends, so
+    two statements never share one (a second at the same time opens its own), and
+    no lock is needed. Opening a PostgreSQL connection (a SCRAM login) costs tens
+    of milliseconds, more than a small query; ``benchmarks/engines.py`` measures it.
+    """
+
+    def __init__(self) -> None:
+        self._idle: dict[str, Any] = {}
+
+    def take(self, key: str) -> Any | None:
+        """An idle connection opened with ``key``, now the caller's; or None."""
+        return self._idle.pop(key, None)
+
+    def give(self, key: str, connection: Any) -> None:
+        """Keep ``connection`` for the next statement (closing one already kept)."""
+        other = self._idle.pop(key, None)
+        self._idle[key] = connection
+        if other is not None:
+            other.close()
+
+    def close(self) -> None:
+        """Close every kept connection (the session ends)."""
+        while self._idle:
+            self._idle.popitem()[1].close()
+
+
+def engine_for(dataset: Dataset, store: Store, interrupts: Interrupter,
+               links: Links | None = None) -> Engine:
+    """The engine that holds ``dataset``'s rows, for one statement (close it after).
+
+    ``links``: the session's kept connections, reused and given back at close.
+    """
     if dataset.engine is None:
         return DuckDBEngine(store, interrupts)
     try:
@@ -217,7 +250,7 @@ def engine_for(dataset: Dataset, store: Store, interrupts: Interrupter) -> Engin
     except ImportError as err:
         raise ConfigurationError(f"dataset {dataset.name} lives in PostgreSQL, which needs "
                                  "psycopg: pip install 'dpsql[postgres]'") from err
-    return PostgresEngine(dataset.engine, interrupts)
+    return PostgresEngine(dataset.engine, interrupts, links)
 
 
 def intersected(ranges: Iterable[tuple[str, Fraction, Fraction] | None]

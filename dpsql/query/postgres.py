@@ -31,7 +31,7 @@ from sqlglot import exp
 from dpsql.errors import ConfigurationError, QueryCanceled, QueryRejected
 from dpsql.interrupt import Interrupter
 from dpsql.policy import EngineSpec
-from dpsql.query.engine import EngineError, intersected, number
+from dpsql.query.engine import EngineError, Links, intersected, number
 from dpsql.query.model import QueryPlan
 
 log = logging.getLogger(__name__)
@@ -100,17 +100,29 @@ class PostgresEngine:
 
     dialect = "postgres"
 
-    def __init__(self, spec: EngineSpec, interrupts: Interrupter | None = None) -> None:
+    def __init__(self, spec: EngineSpec, interrupts: Interrupter | None = None,
+                 links: Links | None = None) -> None:
         self.spec = spec
         self.interrupts = interrupts or Interrupter()
+        self._links = links
         self._connection: psycopg.Connection[Any] | None = None
         self._prepared = 0
 
     def _snapshot(self) -> psycopg.Connection[Any]:
-        """The statement's connection; its transaction begins with the first query."""
+        """The statement's connection; its transaction begins with the first query.
+
+        A connection the session kept is used if it still answers (a server that
+        restarted meanwhile broke it: a new one is opened instead).
+        """
         if self._connection is None:
+            key = conninfo(self.spec)
+            kept = self._links.take(key) if self._links is not None else None
+            if kept is not None:
+                with contextlib.suppress(EngineError):
+                    return self._begin(kept)
+                kept.close()
             try:
-                connection = psycopg.connect(conninfo(self.spec), connect_timeout=CONNECT_TIMEOUT,
+                connection = psycopg.connect(key, connect_timeout=CONNECT_TIMEOUT,
                                              application_name="dpsql")
             except psycopg.Error as err:
                 log.warning("cannot connect to the engine of table %s: %s", self.spec.table,
@@ -119,11 +131,20 @@ class PostgresEngine:
                                   f"{self.spec.table}") from None
             connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             connection.read_only = True
-            self._connection = connection
+            return self._begin(connection)
+        return self._connection
+
+    def _begin(self, connection: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        """Begin the statement's transaction on ``connection``, as every engine writes texts."""
+        self._connection = connection
+        try:
             with self.querying() as cursor:  # the texts every engine writes alike
                 cursor.execute("SET LOCAL DateStyle = 'ISO, YMD'; "
                                "SET LOCAL extra_float_digits = 1")
-        return self._connection
+        except EngineError:
+            self._connection = None
+            raise
+        return connection
 
     @contextmanager
     def querying(self, name: str | None = None) -> Iterator[psycopg.Cursor[Any]]:
@@ -143,12 +164,25 @@ class PostgresEngine:
                 from err
 
     def close(self) -> None:
-        """End the snapshot (read only: nothing to commit) and the connection."""
+        """End the snapshot (read only: nothing to commit); keep the connection for the session.
+
+        Its prepared statements are dropped first, so the next statement starts clean.
+        """
         connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(psycopg.Error):
+        if connection is None:
+            return
+        try:
+            connection.rollback()
+            if self._links is not None:
+                connection.execute("DEALLOCATE ALL")
                 connection.rollback()
+        except psycopg.Error:
             connection.close()
+            return
+        if self._links is None:
+            connection.close()
+        else:
+            self._links.give(conninfo(self.spec), connection)
 
     def render(self, query: exp.Expr) -> str:
         """The query as PostgreSQL SQL."""

@@ -284,6 +284,34 @@ def test_init_checks_the_engine_table(pg: pgcluster.Cluster, twins: Any, tmp_pat
     assert not (tmp_path / "s.duckdb").exists()
 
 
+def dpsql_backends(pg: pgcluster.Cluster) -> list[int]:
+    """Process ids of the server's connections that dpsql opened."""
+    with pg.admin() as con:
+        return [row[0] for row in con.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'dpsql'").fetchall()]
+
+
+def test_a_session_keeps_one_connection_and_replaces_a_broken_one(
+        twins: dict[str, tuple[Path, Path]], pg: pgcluster.Cluster) -> None:
+    with dpsql.connect(twins["adult"][1], "alice") as alice:
+        first = alice.sql("SELECT sex, COUNT(*) FROM adult GROUP BY sex").table.to_pylist()
+        kept = dpsql_backends(pg)
+        assert len(kept) == 1  # kept between statements, idle
+        alice.sql("SELECT SUM(age) FROM adult WHERE age > 3")  # its prepared names are free
+        assert dpsql_backends(pg) == kept
+        with pg.admin() as con:  # as a server restart would: the kept connection breaks
+            con.execute("SELECT pg_terminate_backend(%s)", (kept[0],))
+        before = len(alice.audit())
+        again = alice.sql("SELECT sex, COUNT(*) FROM adult GROUP BY sex")  # from the cache
+        fresh = alice.sql("SELECT race, COUNT(*) FROM adult GROUP BY race")
+        assert again.table.to_pylist() == first
+        assert not fresh.cached
+        assert len(alice.audit()) == before + 2
+        assert len(dpsql_backends(pg)) == 1
+        assert dpsql_backends(pg) != kept
+    assert dpsql_backends(pg) == []  # closed with the session
+
+
 def store_with_engine_down(pg: pgcluster.Cluster, tmp_path: Path,
                            monkeypatch: pytest.MonkeyPatch) -> Path:
     """A store whose Adult dataset is on PostgreSQL, whose DSN now names a port nobody serves."""
