@@ -305,6 +305,18 @@ DP_SHAPES = (
     "SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY fnlwgt) FROM adult",
     "SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY income) FROM adult",
 )
+# COUNT(DISTINCT) (charged, noisy) and its misuses (refused before any charge): note and
+# fnlwgt are hidden, ssn is not in the policy, and 719 distinct notes is an exact statistic.
+DISTINCT_SHAPES = (
+    "SELECT COUNT(DISTINCT income), COUNT(DISTINCT label) FROM adult",
+    "SELECT label, COUNT(DISTINCT age) FILTER (WHERE income > 7000000) FROM adult "
+    "GROUP BY label",
+    "SELECT COUNT(DISTINCT note) FROM adult", "SELECT COUNT(DISTINCT fnlwgt) FROM adult",
+    "SELECT COUNT(DISTINCT ssn) FROM adult", "SELECT COUNT(DISTINCT income * 10) FROM adult",
+    "SELECT COUNT(DISTINCT label, note) FROM adult", "SELECT SUM(DISTINCT income) FROM adult",
+    "SELECT COUNT(*) FROM adult WHERE COUNT(DISTINCT note) > 1",
+    "SELECT COUNT(DISTINCT *) FROM adult", "SELECT COUNT(DISTINCT (label, note)) FROM adult",
+)
 # The store's own file, read by path: the free path must not be able to open it.
 PATH_SHAPES = (
     "ATTACH '{path}' AS c2 (READ_ONLY)", "SELECT * FROM read_duckdb('{path}')",
@@ -418,6 +430,7 @@ def shape_attacks(store: Path) -> Iterator[str]:
         yield f"SELECT * FROM {RELEASED} r CROSS JOIN LATERAL (SELECT * FROM {view}) v LIMIT 50"
     yield from SETTINGS_AND_MORE
     yield from DP_SHAPES
+    yield from DISTINCT_SHAPES
     for shape in PATH_SHAPES:
         yield shape.format(path=store)
 

@@ -1,14 +1,15 @@
 """Aggregates of a DP query: what the analyst wrote, and the measures that pay for it.
 
-``COUNT(*)``, ``COUNT(col)``, ``SUM(col)``, ``AVG(col)``, ``VAR_POP(col)``,
-``VAR_SAMP(col)`` (``VARIANCE``), ``STDDEV_POP(col)``, ``STDDEV_SAMP(col)``
-(``STDDEV``) and the quantiles (``MEDIAN``, ``PERCENTILE_CONT``,
-``QUANTILE_CONT``, ``MIN``, ``MAX``: see :mod:`dpsql.query.quantile`), each
-optionally with ``FILTER (WHERE ...)``. A SUM, COUNT or quantile is one
-measure; an AVG is two (a sum centred on the bounds' midpoint, and a count); a
-variance or standard deviation three (the centred sum of squares, the centred
-sum and the count). The same aggregate written twice, or a measure two
-aggregates share (AVG(x) and VAR_POP(x) share two), is measured once.
+``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT col)``, ``SUM(col)``,
+``AVG(col)``, ``VAR_POP(col)``, ``VAR_SAMP(col)`` (``VARIANCE``),
+``STDDEV_POP(col)``, ``STDDEV_SAMP(col)`` (``STDDEV``) and the quantiles
+(``MEDIAN``, ``PERCENTILE_CONT``, ``QUANTILE_CONT``, ``MIN``, ``MAX``: see
+:mod:`dpsql.query.quantile`), each optionally with ``FILTER (WHERE ...)``. A
+SUM, COUNT, distinct count or quantile is one measure; an AVG is two (a sum
+centred on the bounds' midpoint, and a count); a variance or standard deviation
+three (the centred sum of squares, the centred sum and the count). The same
+aggregate written twice, or a measure two aggregates share (AVG(x) and
+VAR_POP(x) share two), is measured once.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ FUNCS: dict[type, str] = {
     exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.VariancePop: "var_pop",
     exp.Variance: "var_samp", exp.StddevPop: "stddev_pop", exp.StddevSamp: "stddev_samp",
     exp.Stddev: "stddev_samp"}
-ACCEPTED = ("COUNT(*), COUNT(col), SUM(col), AVG(col), VAR_POP(col), VAR_SAMP(col), "
-            "STDDEV_POP(col), STDDEV_SAMP(col), MEDIAN(col), QUANTILE_CONT(col, q), MIN(col), "
-            "MAX(col)")
+ACCEPTED = ("COUNT(*), COUNT(col), COUNT(DISTINCT col), SUM(col), AVG(col), VAR_POP(col), "
+            "VAR_SAMP(col), STDDEV_POP(col), STDDEV_SAMP(col), MEDIAN(col), QUANTILE_CONT(col, q), "
+            "MIN(col), MAX(col)")
 NO_MECHANISM = ("{name} has no differentially private mechanism in dpsql; estimate it from "
                 "a histogram: GROUP BY dp_bin(col, WIDTH) with COUNT(*)")
 
@@ -78,15 +79,12 @@ class Aggregates:
                          construct=f"aggregate {name}",
                          advice=f"accepted aggregates: {ACCEPTED}")
         arg = node.this
-        if isinstance(arg, exp.Distinct):
-            raise reject(self.text, f"{func.upper()}(DISTINCT ...) is not supported", node,
-                         construct=f"{func.upper()}(DISTINCT)",
-                         advice="a distinct count has no bounded sensitivity here; use "
-                         "COUNT(*) with GROUP BY")
         extra = [k for k, v in node.args.items() if k not in ("this", "big_int") and v]
         if extra:
             raise reject(self.text, f"{func.upper()} takes one column", node,
                          construct=func.upper(), advice=f"write {func.upper()}(col)")
+        if isinstance(arg, exp.Distinct):
+            return self._distinct(func, arg, node, predicate)
         column = self._aggregate_column(func, arg, node)
         label = f"{func.upper()}({column or '*'})"
         if func == "avg":
@@ -98,6 +96,34 @@ class Aggregates:
         else:
             measures = [Measure("count" if func == "count" else "sum", column, predicate)]
         return self._register(func, column, label, predicate, measures)
+
+    def _distinct(self, func: str, arg: exp.Distinct, node: exp.Expr,
+                  predicate: exp.Expr | None) -> int:
+        """``COUNT(DISTINCT col)``: one measure, the distinct non-NULL values of a column.
+
+        Privacy: a row adds at most one distinct value to its cell, so the count has
+        COUNT(*)'s sensitivity (``max_rows``); a sum or average of distinct values
+        would not be bounded by the rows a unit keeps, and is refused.
+        """
+        name = func.upper()
+        if func != "count":
+            raise reject(self.text, f"{name}(DISTINCT ...) is not supported", node,
+                         construct=f"{name}(DISTINCT)",
+                         advice=f"write {name}(col), or COUNT(DISTINCT col) for the number "
+                         "of distinct values")
+        if len(arg.expressions) != 1 or arg.args.get("on") is not None:
+            raise reject(self.text, "COUNT(DISTINCT ...) takes one column", node,
+                         construct="COUNT(DISTINCT a, b)",
+                         advice="count the distinct values of one column, and GROUP BY the "
+                         "other")
+        value = arg.expressions[0]
+        if not isinstance(value, exp.Column):
+            raise reject(self.text, "COUNT(DISTINCT ...) over an expression is not supported",
+                         value, construct="COUNT(DISTINCT expression)",
+                         advice="count the distinct values of a column")
+        column = self.scope.column(value).name
+        return self._register("count_distinct", column, f"COUNT(DISTINCT {column})", predicate,
+                              [Measure("distinct", column, predicate)])
 
     def _quantile(self, name: str, arg: exp.Expr, q: Fraction, node: exp.Expr,
                   predicate: exp.Expr | None) -> int:

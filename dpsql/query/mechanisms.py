@@ -6,8 +6,9 @@ directly. The recorded parameter is the one the sampler really uses (rounded
 up, never down).
 
 Privacy: one privacy unit contributes at most ``max_rows`` rows to the bounded
-source, each changing a count vector by 1 and a sum vector by at most
-``per_row`` grid units, in one cell. The vector's sensitivity is therefore
+source, each changing a count vector by 1 (a distinct count by at most 1: the
+row's value may be the only one of its kind in its cell) and a sum vector by at
+most ``per_row`` grid units, in one cell. The vector's sensitivity is therefore
 ``max_rows * per_row`` in L1 and at most that in L2. Under ``pure`` accounting
 a measure gets discrete Laplace noise of scale sensitivity/epsilon_share
 (epsilon_share-DP, Ghosh, Roughgarden & Sundararajan 2009); under ``zcdp``

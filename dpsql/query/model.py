@@ -28,9 +28,11 @@ from sqlglot.optimizer.simplify import simplify_parens
 from dpsql.policy import Dataset
 
 KeyMode = Literal["value", "policy_bins", "width"]
-MeasureKind = Literal["count", "sum", "centered_sum", "centered_squares", "quantile"]
-AggregateFunc = Literal["count", "sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp",
-                        "median", "min", "max", "quantile"]
+MeasureKind = Literal["count", "distinct", "sum", "centered_sum", "centered_squares", "quantile"]
+AggregateFunc = Literal["count", "count_distinct", "sum", "avg", "var_pop", "var_samp",
+                        "stddev_pop", "stddev_samp", "median", "min", "max", "quantile"]
+#: The counts: integers of sensitivity ``max_rows``, possibly negative once noisy.
+COUNTS = ("count", "count_distinct")
 #: The aggregates of the spread family: one function of three measures (see :class:`Aggregate`).
 SPREAD = ("var_pop", "var_samp", "stddev_pop", "stddev_samp")
 #: The DP quantiles: one quantile measure each (see :mod:`dpsql.query.quantile`).
@@ -67,11 +69,13 @@ class GroupKey:
 class Measure:
     """A noisy vector over all cells: a count, a clamped or centred sum, squares, a quantile.
 
-    The centred sum adds ``value - midpoint of the bounds`` (for AVG and the
-    spread family), the centred squares ``(value - midpoint)**2`` (for the
-    spread family); ``column`` None is COUNT(*); ``filter`` is a FILTER row
-    predicate; ``q`` the quantile of a quantile measure (its noisy vector holds
-    grid positions, see :mod:`dpsql.query.quantile`).
+    ``distinct`` counts the distinct non-NULL values of ``column`` in each cell
+    (one row adds at most one, so it has a count's sensitivity). The centred sum
+    adds ``value - midpoint of the bounds`` (for AVG and the spread family), the
+    centred squares ``(value - midpoint)**2`` (for the spread family); ``column``
+    None is COUNT(*); ``filter`` is a FILTER row predicate; ``q`` the quantile of a
+    quantile measure (its noisy vector holds grid positions, see
+    :mod:`dpsql.query.quantile`).
     """
 
     kind: MeasureKind
@@ -97,7 +101,7 @@ class Measure:
 class Aggregate:
     """An aggregate the analyst wrote, computed from ``measures`` (indexes into the plan's).
 
-    COUNT and SUM use one measure; AVG two (centred sum, count); VAR_POP,
+    COUNT, COUNT(DISTINCT) and SUM use one measure; AVG two (centred sum, count); VAR_POP,
     VAR_SAMP, STDDEV_POP and STDDEV_SAMP three (centred squares, centred sum, count);
     a quantile (MEDIAN, MIN, MAX, ``quantile``) one quantile measure.
     """
@@ -109,7 +113,7 @@ class Aggregate:
 
     @property
     def default_name(self) -> str:
-        """The output name when the query gives none: count, sum_x, avg_x."""
+        """The output name when the query gives none: count, sum_x, count_distinct_x."""
         if self.func == "count" and self.column is None:
             return "count"
         return f"{self.func}_{self.column}"

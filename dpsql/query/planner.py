@@ -1,15 +1,15 @@
 """Analyst SELECT (sqlglot AST) -> QueryPlan, over an allowlist of constructs.
 
-Accepted: ``COUNT(*)``, ``COUNT(col)``, ``SUM(col)``, ``AVG(col)``, the
-variances and standard deviations, the quantiles (``MEDIAN``,
+Accepted: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT col)``, ``SUM(col)``,
+``AVG(col)``, the variances and standard deviations, the quantiles (``MEDIAN``,
 ``PERCENTILE_CONT``, ``QUANTILE_CONT``, ``MIN``, ``MAX``)
-(:mod:`dpsql.query.aggregates`; optionally
-with ``FILTER (WHERE ...)``) and arithmetic on them; GROUP BY public keys
-(:mod:`dpsql.query.keys`); WHERE row predicates (:mod:`dpsql.query.predicates`);
-HAVING, ORDER BY, LIMIT and OFFSET as post-processing; GoogleSQL's
-``WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ..., delta = ...)``.
-Everything else raises QueryRejected naming the construct, its line and column
-and what to write instead. Nothing here runs SQL.
+(:mod:`dpsql.query.aggregates`; optionally with ``FILTER (WHERE ...)``) and
+arithmetic on them; GROUP BY public keys (:mod:`dpsql.query.keys`); WHERE row
+predicates (:mod:`dpsql.query.predicates`); HAVING, ORDER BY, LIMIT and OFFSET
+as post-processing; GoogleSQL's
+``WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ..., delta = ...)``. Everything
+else raises QueryRejected naming the construct, its line and column and what to
+write instead. Nothing here runs SQL.
 """
 
 from __future__ import annotations

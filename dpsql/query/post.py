@@ -29,7 +29,7 @@ from sqlglot import exp
 from dpsql.errors import InternalError
 from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
-from dpsql.query.model import QUANTILES, SPREAD, Aggregate, QueryPlan
+from dpsql.query.model import COUNTS, QUANTILES, SPREAD, Aggregate, QueryPlan
 from dpsql.query.quantile import MeasureNoise, QuantileNoise
 from dpsql.query.render import key_arrays, midpoint
 
@@ -70,7 +70,7 @@ def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Me
     out: dict[str, pa.Array] = {}
     for j, agg in enumerate(plan.aggregates):
         value, low, high = estimate(plan, agg, noisy, noises, confidence, exact_width)
-        if nonnegative and agg.func == "count":
+        if nonnegative and agg.func in COUNTS:
             value = np.maximum(value, 0)
             low = None if low is None else np.maximum(low, 0)
             high = None if high is None else np.maximum(high, 0)
@@ -118,9 +118,9 @@ def dominated(plan: QueryPlan, agg: Aggregate, value: np.ndarray, low: np.ndarra
     value, low, high = (np.asarray(a, dtype=np.float64) for a in (value, low, high))
     undefined = np.isnan(value) | np.isnan(low) | np.isnan(high)
     half = (high - low) / 2
-    if agg.func in ("count", "sum"):
+    if agg.func in (*COUNTS, "sum"):
         flags = np.abs(value) < half
-        return flags | (value < 0) if agg.func == "count" else flags
+        return flags | (value < 0) if agg.func in COUNTS else flags
     lo, hi = bounds_of(plan.dataset.column(agg.column or ""))  # type: ignore[misc]
     span = {"avg": hi - lo, "stddev_pop": (hi - lo) / 2, "stddev_samp": (hi - lo) / 2}.get(
         agg.func, ((hi - lo) / 2) ** 2)

@@ -8,8 +8,8 @@ The SQL is built by small pure passes, applied in order (``PASSES``):
 3. ``encode_keys``: one column per GROUP BY key, integer codes for binned
    numeric keys (values clamped into bounds first, NaN and infinities
    included), the raw value for categorical keys (mapped to codes afterwards);
-4. ``clamp_and_sum``: COUNT, or SUM of clamped values on a fixed-point grid,
-   with FILTER predicates; totals are capped so no cast can fail.
+4. ``clamp_and_sum``: COUNT, COUNT(DISTINCT), or SUM of clamped values on a
+   fixed-point grid, with FILTER predicates; totals are capped so no cast can fail.
 
 After the engine runs it, ``expand_public_keys`` turns the sparse result into
 dense vectors over the full public key set (empty groups are zeros, values
@@ -50,6 +50,7 @@ _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMAL
 _FLOAT_TYPES = ("DOUBLE", "FLOAT", "REAL", "FLOAT4", "FLOAT8")
 _FAST_LIMIT = 2**52  # integer clamping stays in integers below this magnitude
 _SUM_CAP = 2**62  # totals are capped here before the cast to BIGINT
+COUNTED = ("count", "distinct")  # measures that count rows or values: one per row at most
 
 
 #: Grid steps per bound for real-valued sums: fine enough that rounding (at most half a
@@ -136,7 +137,7 @@ def _held(col: Column, bounds: tuple[float, float], kind: str, ctx: Context) -> 
 
 def clamped_columns(plan: QueryPlan) -> set[str]:
     """The columns whose values the generated SQL clamps (sums and numeric keys)."""
-    columns = {m.column for m in plan.measures if m.kind != "count" and m.column}
+    columns = {m.column for m in plan.measures if m.kind not in COUNTED and m.column}
     columns |= {k.column for k in plan.keys if k.mode in ("value", "width")
                 and plan.dataset.column(k.column).type != "categorical"}
     return columns
@@ -146,8 +147,11 @@ def clamped_columns(plan: QueryPlan) -> set[str]:
 
 
 def fixed_point(measure: Measure, col: Column | None, ctx: Context) -> tuple[int, int]:
-    """(grid exponent, largest |grid units| one row adds) for a measure."""
-    if measure.kind == "count":
+    """(grid exponent, largest |grid units| one row adds) for a measure.
+
+    A row adds one to a count, and at most one distinct value to its cell's distinct count.
+    """
+    if measure.kind in COUNTED:
         return 0, 1
     assert col is not None
     lo, hi = bounds_of(col)  # type: ignore[misc]
@@ -298,6 +302,8 @@ def measure_sql(measure: Measure, plan: QueryPlan, ctx: Context) -> exp.Expr:
     """The aggregate of one measure, total on any data."""
     if measure.kind == "count":
         inner = f"COUNT({quote(measure.column) if measure.column else '*'})"
+    elif measure.kind == "distinct":
+        inner = f"COUNT(DISTINCT {quote(measure.column or '')})"
     elif measure.kind == "quantile":
         col = plan.dataset.column(measure.column or "")
         position = grid(col, ctx).position_sql(_clamped(col, ctx), _integer_column(col, ctx))
@@ -308,7 +314,7 @@ def measure_sql(measure: Measure, plan: QueryPlan, ctx: Context) -> exp.Expr:
     node = _sql(inner)
     if measure.filter is not None:
         node = exp.Filter(this=node, expression=exp.Where(this=measure.filter.copy()))
-    if measure.kind in ("count", "quantile"):
+    if measure.kind in (*COUNTED, "quantile"):
         return node
     capped = f"least(greatest(coalesce(_x, 0), -{_SUM_CAP}), {_SUM_CAP})"
     wrapper = _sql(f"CAST({capped} AS BIGINT)")

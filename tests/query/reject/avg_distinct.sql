@@ -1,0 +1,3 @@
+-- AVG(DISTINCT): distinct values have no bounded sensitivity
+-- expect: DISTINCT
+SELECT AVG(DISTINCT age) FROM adult

@@ -1,0 +1,3 @@
+-- COUNT(DISTINCT) of a hidden column
+-- expect: hidden
+SELECT COUNT(DISTINCT fnlwgt) FROM adult

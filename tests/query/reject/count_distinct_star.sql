@@ -1,0 +1,3 @@
+-- COUNT(DISTINCT *) would compare whole rows
+-- expect: raw rows
+SELECT COUNT(DISTINCT *) FROM adult

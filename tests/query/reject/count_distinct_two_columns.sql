@@ -1,0 +1,3 @@
+-- COUNT(DISTINCT a, b): pairs of values
+-- expect: takes one column
+SELECT COUNT(DISTINCT age, sex) FROM adult

@@ -1,0 +1,3 @@
+-- COUNT(DISTINCT) of a column the dataset lacks
+-- expect: unknown column
+SELECT COUNT(DISTINCT zip) FROM adult
