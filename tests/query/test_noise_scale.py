@@ -91,6 +91,13 @@ def test_count_noise_is_gaussian_under_zcdp(zcdp_session: dpsql.Session) -> None
     assert abs(stats.kurtosis(draws, fisher=False) - 3) < 0.3
 
 
+def test_distinct_count_noise_is_count_noise(zcdp_session: dpsql.Session) -> None:
+    """COUNT(DISTINCT) has COUNT(*)'s sensitivity (1 here: no privacy unit), so its noise."""
+    with zcdp_session:
+        draws = noise_draws(zcdp_session, "COUNT(DISTINCT age)")
+    check_scale(draws, "discrete_gaussian", math.sqrt(1 / (2 * 0.02)))
+
+
 def test_intervals_cover_at_their_level(zcdp_session: dpsql.Session) -> None:
     """95% intervals miss in about 5% of cells. With n = 9,900 cells, the miss count is
     Binomial(n, p) with p <= 0.05; the bounds are 6 standard deviations wide (FP ~2e-9)."""
