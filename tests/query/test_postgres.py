@@ -132,6 +132,16 @@ def test_quick_corpus_identical_on_both_engines(twins: dict[str, tuple[Path, Pat
     check_identical(twins, dataset, sql)
 
 
+@pytest.mark.parametrize(("dataset", "sql"), [
+    ("adult", "SELECT race, COUNT(DISTINCT age), COUNT(DISTINCT sex) FILTER (WHERE age > 40) "
+     "FROM adult GROUP BY race"),
+    ("acs", "SELECT sex, COUNT(DISTINCT puma), COUNT(DISTINCT pincp), COUNT(DISTINCT noc) "
+     "FROM acs WHERE agep > 30 GROUP BY sex")])
+def test_distinct_counts_identical_on_both_engines(twins: dict[str, tuple[Path, Path]],
+                                                   dataset: str, sql: str) -> None:
+    check_identical(twins, dataset, sql)
+
+
 @pytest.mark.slow
 def test_corpus_identical_on_both_engines(twins: dict[str, tuple[Path, Path]]) -> None:
     assert len(CORPUS) >= 40
