@@ -249,6 +249,7 @@ def _condition(depth: int) -> st.SearchStrategy[str]:
 
 AGGREGATES = st.one_of(
     st.just("COUNT(*)"), st.builds("COUNT({})".format, st.sampled_from(list(COLUMNS))),
+    st.builds("COUNT(DISTINCT {})".format, st.sampled_from(list(COLUMNS))),
     st.builds("{}({})".format, st.sampled_from(["SUM", "AVG"]), st.sampled_from(NUMERIC)),
     st.builds("COUNT(*) FILTER (WHERE {})".format, _condition(1)),
     st.builds("SUM({}) FILTER (WHERE {})".format, st.sampled_from(NUMERIC), _condition(0)))

@@ -43,6 +43,8 @@ QUERIES = [
     "SELECT dp_bin({c}, 100), SUM({c}) FROM t GROUP BY 1",
     "SELECT name, SUM({c}) FROM t WHERE name = 'rich' AND {c} < 5.5 GROUP BY name",
     "SELECT name, MEDIAN({c}), MIN({c}), MAX({c}), QUANTILE_CONT({c}, 0.9) FROM t GROUP BY name",
+    "SELECT name, COUNT(DISTINCT {c}), COUNT(DISTINCT {c}) FILTER (WHERE {c} > 0.5) FROM t "
+    "GROUP BY name",
 ]
 
 
