@@ -1,4 +1,4 @@
-"""DP quantiles in SQL: accuracy against OpenDP's quantile, and overhead over plain DuckDB.
+"""DP quantiles in SQL: accuracy against OpenDP's quantile; overhead over plain DuckDB.
 
 Accuracy: on columns of the full Adult data (shared/data/adult, integer codes),
 dpsql's quantile mechanism (the code ``SELECT MEDIAN(col)`` runs after the
@@ -8,7 +8,8 @@ its scale found by ``binary_search_param`` for pure epsilon under add/remove of
 one row) each answer ``--reps`` times; the table gives the median and 90th
 percentile of the absolute error against the true quantile (DuckDB's
 ``quantile_disc``), on the whole column and on a seeded 1,000-row subsample.
-Overhead: ``SELECT MEDIAN(age)`` and a grouped ``QUANTILE_CONT`` end to end
+Overhead: ``SELECT MEDIAN(age)``, a grouped ``QUANTILE_CONT`` and ``COUNT(DISTINCT)``
+(whole and grouped) end to end
 through ``Session.sql`` (fresh epsilon each run, so no cached answer;
 ``COUNT(*)`` shows dpsql's fixed overhead) against the same plain DuckDB query,
 on ``--rows`` rows (the Adult sample replicated as in ``query_overhead.py``),
@@ -44,6 +45,11 @@ OVERHEAD = {
     "p90 by sex, race": ("SELECT sex, race, QUANTILE_CONT(hours_per_week, 0.9) FROM adult "
                          "GROUP BY sex, race", "SELECT sex, race, quantile_cont(hours_per_week,"
                          " 0.9) FROM main.adult GROUP BY sex, race"),
+    "count distinct": ("SELECT COUNT(DISTINCT age) FROM adult",
+                       "SELECT count(DISTINCT age) FROM main.adult"),
+    "count distinct by sex, race": ("SELECT sex, race, COUNT(DISTINCT hours_per_week) FROM adult "
+                                    "GROUP BY sex, race", "SELECT sex, race, count(DISTINCT "
+                                    "hours_per_week) FROM main.adult GROUP BY sex, race"),
 }
 
 
@@ -147,7 +153,7 @@ def main() -> None:
                f"p90 {r['dpsql_p90']:g}/{r['opendp_p90']:g}" for r in small))
     costs = overhead(args.rows, args.runs)
     print_table(costs, args.json)
-    readme(f"DP quantile overhead on {args.rows:,} rows: " + ", ".join(
+    readme(f"DP quantile and distinct count overhead on {args.rows:,} rows: " + ", ".join(
         f"{r['query']} {r['ratio']:.2f}x ({r['dpsql_s'] * 1e3:.0f} ms vs "
         f"{r['duckdb_s'] * 1e3:.0f} ms)" for r in costs))
 

@@ -69,4 +69,6 @@ def test_sql_breadth_quick_mode_prints_its_figures() -> None:
                              "--quick"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "README: DP quantile abs. error, 1000 Adult rows" in result.stdout
-    assert "README: DP quantile overhead on 100,000 rows: count (reference)" in result.stdout
+    assert "README: DP quantile and distinct count overhead on 100,000 rows: count (reference)" \
+        in result.stdout
+    assert "count distinct by sex, race" in result.stdout
