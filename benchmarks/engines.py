@@ -7,8 +7,9 @@ median of ``--runs``: the plain query on one open psycopg connection, the same
 DP query through ``Session.sql`` on a dataset whose engine is that table (a new
 epsilon each run, so the answer cache never serves it), and the plain query and
 the DP query on a DuckDB store holding the same rows. Prints each ratio, the
-time per query across engines, and the peak RSS of this process (the driver:
-the engine's rows never come here, only aggregates).
+time per query across engines, and the peak RSS of this process while it
+queried PostgreSQL (the driver: the engine's rows never come here, only
+aggregates; the rows and the DuckDB store are made by a child process).
 
     python benchmarks/engines.py [--rows 10000000] [--runs 8] [--json]
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -93,61 +95,74 @@ def median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+def ratios(plain: Any, session: dpsql.Session, runs: int) -> dict[str, tuple[float, float]]:
+    """Query -> (median plain seconds, median dpsql seconds), interleaved, after a warm-up."""
+    counter = iter(range(10**6))
+    out = {}
+    for name, sql in QUERIES.items():
+        times: tuple[list[float], list[float]] = ([], [])
+
+        def dp(sql: str = sql) -> None:  # a new epsilon: a new measurement, never the cache
+            session.sql(f"SET dpsql.epsilon = {1 + next(counter) / 10**6}")
+            assert not session.sql(sql).cached
+
+        for run in range(runs + 1):
+            spent = (timed(lambda s=sql: plain.execute(s).fetchall()), timed(dp))
+            if run:
+                times[0].append(spent[0])
+                times[1].append(spent[1])
+        out[name] = (median(times[0]), median(times[1]))
+    return out
+
+
+def prepare(directory: Path, rows: int, duck_policy: Path) -> None:
+    """In a child process, so the driver's peak memory is its own: the rows and the DuckDB store."""
+    csv = rows_csv(directory, rows)
+    dpsql.init(directory / "duck.duckdb", duck_policy, {"adult": csv})[0].close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--prepare", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.prepare:
+        prepare(args.prepare, args.rows, args.prepare / "duck.yaml")
+        return
     os.environ[PASSWORD_ENV] = pgcluster.READER_PASSWORD
     with tempfile.TemporaryDirectory(prefix="dpsql-engines-") as tmp, \
             pgcluster.cluster() as cluster:
         directory = Path(tmp)
-        csv = rows_csv(directory, args.rows)
-        load_postgres(cluster, csv)
-        duck_policy, pg_policy = policies(directory, cluster)
-        duck_path, pg_path = directory / "duck.duckdb", directory / "pg.duckdb"
-        dpsql.init(duck_path, duck_policy, {"adult": csv})[0].close()
-        dpsql.init(pg_path, pg_policy)[0].close()
-        csv.unlink()
-        results = []
-        counter = iter(range(10**6))
-        with dpsql.connect(pg_path, "alice") as on_pg, \
-                dpsql.connect(duck_path, "alice") as on_duck, \
+        _, pg_policy = policies(directory, cluster)  # duck.yaml: read by the child
+        subprocess.run([sys.executable, __file__, "--prepare", str(directory), "--rows",
+                        str(args.rows)], check=True)
+        load_postgres(cluster, directory / "rows.csv")
+        (directory / "rows.csv").unlink()
+        dpsql.init(directory / "pg.duckdb", pg_policy)[0].close()
+        with dpsql.connect(directory / "pg.duckdb", "alice") as on_pg, \
                 psycopg.connect(cluster.dsn(password=pgcluster.READER_PASSWORD)) as plain_pg:
-            plain_duck = on_duck.store.cursor()
-            for name, sql in QUERIES.items():
-                times: dict[str, list[float]] = {"pg": [], "dp_pg": [], "duck": [], "dp_duck": []}
-
-                def dp(session: dpsql.Session, sql: str = sql) -> None:
-                    session.sql(f"SET dpsql.epsilon = {1 + next(counter) / 10**6}")
-                    assert not session.sql(sql).cached
-
-                for run in range(args.runs + 1):  # the first run warms every path
-                    spent = {"pg": timed(lambda s=sql: plain_pg.execute(s).fetchall()),
-                             "dp_pg": timed(lambda: dp(on_pg)),
-                             "duck": timed(lambda s=sql: plain_duck.execute(s).fetchall()),
-                             "dp_duck": timed(lambda: dp(on_duck))}
-                    if run:
-                        for key, value in spent.items():
-                            times[key].append(value)
-                m = {key: median(value) for key, value in times.items()}
-                results.append({"query": name, "rows": args.rows, "postgres_s": m["pg"],
-                                "dpsql_on_postgres_s": m["dp_pg"],
-                                "ratio_postgres": m["dp_pg"] / m["pg"],
-                                "duckdb_s": m["duck"], "dpsql_on_duckdb_s": m["dp_duck"],
-                                "ratio_duckdb": m["dp_duck"] / m["duck"],
-                                "load": os.getloadavg()[0]})
-        print_table(results, args.json)
-        if not args.json:
-            rss = peak_rss_mb()
-            print(f"median of {args.runs} runs each; peak RSS of the driver {rss:.0f} MB")
-            figures = "; ".join(f"{r['query']}: PostgreSQL {r['ratio_postgres']:.2f}x "
-                                f"({r['dpsql_on_postgres_s'] * 1e3:.0f} vs "
-                                f"{r['postgres_s'] * 1e3:.0f} ms), DuckDB "
-                                f"{r['ratio_duckdb']:.2f}x" for r in results)
-            readme(f"engines, {args.rows:,} rows, median of {args.runs}: {figures}; "
-                   f"driver peak RSS {rss:.0f} MB; load {results[-1]['load']:.1f}")
+            on_postgres = ratios(plain_pg, on_pg, args.runs)
+        driver_mb = peak_rss_mb()  # before this process opens the DuckDB store
+        with dpsql.connect(directory / "duck.duckdb", "alice") as on_duck:
+            on_duckdb = ratios(on_duck.store.cursor(), on_duck, args.runs)
+    results = [{"query": name, "rows": args.rows, "postgres_s": on_postgres[name][0],
+                "dpsql_on_postgres_s": on_postgres[name][1],
+                "ratio_postgres": on_postgres[name][1] / on_postgres[name][0],
+                "duckdb_s": on_duckdb[name][0], "dpsql_on_duckdb_s": on_duckdb[name][1],
+                "ratio_duckdb": on_duckdb[name][1] / on_duckdb[name][0]} for name in QUERIES]
+    print_table(results, args.json)
+    if not args.json:
+        load = os.getloadavg()[0]
+        print(f"median of {args.runs} runs each; peak RSS of the driver while it queried "
+              f"PostgreSQL {driver_mb:.0f} MB; load {load:.1f}")
+        figures = "; ".join(f"{r['query']}: PostgreSQL {r['ratio_postgres']:.2f}x "
+                            f"({r['dpsql_on_postgres_s'] * 1e3:.0f} vs "
+                            f"{r['postgres_s'] * 1e3:.0f} ms), DuckDB "
+                            f"{r['ratio_duckdb']:.2f}x" for r in results)
+        readme(f"engines, {args.rows:,} rows, median of {args.runs}: {figures}; "
+               f"driver peak RSS {driver_mb:.0f} MB; load {load:.1f}")
 
 
 if __name__ == "__main__":
