@@ -89,7 +89,7 @@ def outside_predicate(col: Column, sql_type: str) -> str | None:
         lo, hi = (_bound(b) for b in col.bounds)
         return f"(NOT ({name} BETWEEN {lo} AND {hi}))"  # NULL: not outside; NaN: outside
     null = "" if col.nullable else f"{name} IS NULL OR "
-    if col.type != "categorical":
+    if col.type != "categorical" or col.values is None:  # no value list: nothing is outside
         return None
     listed = [v for v in col.values or () if v is not None]
     textual = not numeric_sql and sql_type.upper() != "BOOLEAN"

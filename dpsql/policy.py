@@ -58,7 +58,12 @@ class Column:
     @property
     def has_domain(self) -> bool:
         """Whether the column has a finite public domain (values, or bins)."""
-        return self.type == "categorical" or self.edges is not None
+        return (self.type == "categorical" and self.values is not None) or self.edges is not None
+
+    @property
+    def open_keys(self) -> bool:
+        """A categorical column with no value list: GROUP BY selects its keys privately."""
+        return self.type == "categorical" and self.values is None
 
 
 @dataclass(frozen=True)
@@ -300,9 +305,13 @@ def _column(name: str, raw: dict[str, Any], source: str, where: str) -> Column:
         return Column(name, "hidden")
     if col_type == "categorical":
         wrong = sorted(set(extra) - {"values", "labels", "decode"})
-        if wrong or "values" not in raw:
-            raise _fail(source, where, "a categorical column needs values: [...] and takes no "
-                        "bounds or bins")
+        if wrong:
+            raise _fail(source, where, "a categorical column takes values: [...] (or none, for "
+                        "keys chosen by DP partition selection), not bounds or bins")
+        if "values" not in raw:
+            if extra:
+                raise _fail(source, where, "labels and decode need values: [...]")
+            return Column(name, "categorical", description=raw.get("description"))
         values = tuple(raw["values"])
         labels = raw.get("labels")
         if labels is not None and len(labels) != len(values):

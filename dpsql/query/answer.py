@@ -57,6 +57,7 @@ from dpsql.query.quantile import MeasureNoise
 from dpsql.query.released import check_released, reads_released
 from dpsql.query.render import Context as SQLContext
 from dpsql.query.render import calibrate, clamped_columns, expand_public_keys, to_sql
+from dpsql.query.selection import Selection, released, select_keys
 from dpsql.query.statement import (
     ExplainStatement,
     QueryStatement,
@@ -302,6 +303,7 @@ class _Prepared:
     noises: tuple[MeasureNoise, ...]
     key: str
     sql: SQLContext
+    selection: Selection | None = None
 
     @property
     def plan(self) -> QueryPlan:
@@ -368,7 +370,8 @@ def _prepare(call: _Call, entry: Entry) -> _Prepared:
     sql = SQLContext(call.ctx.store.secret, entry.types, exact=cost.infinite)
     noises = calibrate(plan, cost, call.policy.accounting, sql)
     key = cache.cache_key(call.user, call.policy.fingerprint, plan, cost)
-    return _Prepared(entry, cost, noises, key, sql)
+    selection = Selection.of(plan, noises, call.policy.delta)
+    return _Prepared(entry, cost, noises, key, sql, selection)
 
 
 def _bind(call: _Call, prepared: _Prepared) -> Prepared:
@@ -418,14 +421,17 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
         notice = (f"dpsql: {dataset}: repeated query answered from the cache at no cost "
                   f"(first answered in request {stored.audit_id}); remaining "
                   f"{meta.both_units(remaining, policy.delta, 'down')}")
+        if stored.keys is not None:
+            plan = released(plan, stored.keys)
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
     query = _bind(call, prepared)
     charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
-    notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}; "
+    notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}"
+              f"{_selection_note(prepared.selection)}; "
               f"remaining {meta.both_units(charge.remaining, policy.delta, 'down')}")
 
-    def answered(noisy: list[np.ndarray]) -> Answer:
+    def answered(plan: QueryPlan, noisy: list[np.ndarray]) -> Answer:
         return _answer(call, plan, prepared.noises, noisy, prepared.cost, charge.remaining,
                        notice, False, charge.id)
 
@@ -441,7 +447,7 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
 
 
 def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,
-              answered: Callable[[list[np.ndarray]], Answer]) -> Answer:
+              answered: Callable[[QueryPlan, list[np.ndarray]], Answer]) -> Answer:
     """Run the charged query, add the noise, and settle the request with the stored answer.
 
     The snapshot ends and the reply is built before the settle is queued, so the
@@ -449,18 +455,24 @@ def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,
     concurrent twin (same user, question and cost) that stored its answer first
     wins: its numbers are returned, so a repeat never gets a second draw.
     """
-    plan = prepared.plan
-    dense = expand_public_keys(plan, query.run())
-    call.close()
-    noisy = [n.release(d) for d, n in zip(dense, prepared.noises, strict=True)]
-    answer = answered(noisy)
+    plan, keys = prepared.plan, None
+    if prepared.selection is not None:
+        sparse = query.run()
+        call.close()
+        plan, noisy = select_keys(plan, sparse, prepared.noises, prepared.selection)  # type: ignore[arg-type]
+        keys = plan.keys[0].values
+    else:
+        dense = expand_public_keys(plan, query.run())
+        call.close()
+        noisy = [n.release(d) for d, n in zip(dense, prepared.noises, strict=True)]
+    answer = answered(plan, noisy)
     row = cache.stored_row(prepared.key, call.user, plan, call.policy.fingerprint, audit_id,
-                           prepared.noises, noisy)
+                           prepared.noises, noisy, keys)
     if call.ledger.settle(audit_id, "answered", answer=row):
         return answer
     twin = cache.lookup(call.ctx.store, prepared.key)
     assert twin is not None, "an answer that was stored first is still stored"
-    return answered(twin.measures)
+    return answered(plan if twin.keys is None else released(plan, twin.keys), twin.measures)
 
 
 def _answer(call: _Call, plan: QueryPlan, noises: tuple[MeasureNoise, ...],
@@ -524,8 +536,10 @@ def column_info(plan: QueryPlan, noises: tuple[MeasureNoise, ...], delta: float 
     for output in plan.outputs:
         if output.key is not None:
             key = plan.keys[output.key]
-            info[output.name] = {"kind": "key", "column": key.column, "public": True,
-                                 "groups": key.size}
+            info[output.name] = {"kind": "key", "column": key.column,
+                                 "public": key.mode != "selected",
+                                 "groups": None if key.mode == "selected" and not key.values
+                                 else key.size}
         elif output.aggregate is not None:
             agg = plan.aggregates[output.aggregate]
             parts = [noises[m] for m in agg.measures]
@@ -596,14 +610,18 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
                 found = suggested[m]
                 rows.setdefault("suggested_cost", []).append(
                     None if found is None else meta.both_units(found, policy.delta))
+    if prepared.selection is not None:
+        _selection_row(rows, prepared, policy.delta)
     table = pa.table({k: pa.array(v, pa.string() if k == "suggested_cost" else None)
                       for k, v in rows.items()})
     cached = cache.lookup(call.ctx.store, prepared.key) is not None
     remaining = call.ledger.budget(call.user, plan.dataset.name).remaining
     would = "nothing (a repeat: answered from the cache)" if cached else \
         meta.both_units(prepared.cost, policy.delta)
+    groups = f"{plan.cells} public group(s)" if prepared.selection is None else \
+        f"groups chosen by DP partition selection{_selection_note(prepared.selection)}"
     notice = (f"dpsql: {plan.dataset.name}: this query would cost {would}; split equally "
-              f"over {len(plan.measures)} measurement(s); {plan.cells} public group(s); "
+              f"over {len(plan.measures)} measurement(s); {groups}; "
               f"remaining {meta.both_units(remaining, policy.delta, 'down')}")
     if suggested is not None:
         notice += "; " + _suggestion(plan, suggested, target, level, policy.delta)
@@ -611,3 +629,30 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
                                action="explain")
     return Answer(table, "explain", call.zero, remaining, plan.dataset.name, cached, info,
                   notice, "EXPLAIN", audit)
+
+
+def _selection_note(selection: Selection | None) -> str:
+    """What partition selection adds to a cost line: its delta (none without selection)."""
+    if selection is None:
+        return ""
+    return (f", plus delta={selection.delta:g} for the keys released (noisy COUNT(*) >= "
+            f"{selection.tau})")
+
+
+def _selection_row(rows: dict[str, list[Any]], prepared: _Prepared, delta: float | None) -> None:
+    """EXPLAIN PRIVACY's row for the COUNT(*) that decides which keys are released."""
+    selection = prepared.selection
+    assert selection is not None
+    noise_ = prepared.noises[selection.measure]
+    names = [o.name for o in prepared.plan.outputs if o.key is not None]
+    rows["column"].append(", ".join(names) or "(GROUP BY key)")
+    rows["aggregate"].append(f"partition selection [COUNT(*) >= {selection.tau}]")
+    rows["mechanism"].append(noise_.mechanism)
+    shared = any(selection.measure in a.measures for a in prepared.plan.aggregates)
+    rows["cost"].append(f"delta={selection.delta:g} (its rho is COUNT(*)'s)" if shared else
+                        f"{meta.both_units(noise_.cost, delta)}, plus delta={selection.delta:g}")
+    for name, value in (("scale", noise_.scale), ("std", noise_.std()),
+                        ("ci_halfwidth", None), ("confidence", None)):
+        rows[name].append(value)
+    if "suggested_cost" in rows:
+        rows["suggested_cost"].append(None)

@@ -30,11 +30,15 @@ from dpsql.store import Store, now
 
 @dataclass(frozen=True)
 class CachedAnswer:
-    """A stored answer: the charge that paid for it, the noise used, the noisy vectors."""
+    """A stored answer: the charge that paid for it, the noise used, the noisy vectors.
+
+    ``keys``: the keys partition selection released (None when the keys are public).
+    """
 
     audit_id: int
     noises: tuple[MeasureNoise, ...]
     measures: list[np.ndarray]
+    keys: tuple[Any, ...] | None = None
 
 
 def cache_key(user: str, fingerprint: str, plan: QueryPlan, cost: PrivacyCost) -> str:
@@ -61,18 +65,23 @@ def lookup(store: Store, key: str) -> CachedAnswer | None:
                    else Noise.from_json(n) for n in json.loads(row[1]))
     reader = pa.ipc.open_stream(pa.py_buffer(bytes(row[2])))
     table = reader.read_all()
-    measures = [table.column(i).to_numpy().astype(np.int64) for i in range(table.num_columns)]
-    return CachedAnswer(int(row[0]), noises, measures)
+    measures = [table.column(name).to_numpy().astype(np.int64)
+                for name in table.column_names if name != "keys"]
+    keys = tuple(table.column("keys").to_pylist()) if "keys" in table.column_names else None
+    return CachedAnswer(int(row[0]), noises, measures, keys)
 
 
 def stored_row(key: str, user: str, plan: QueryPlan, fingerprint: str, audit_id: int,
-               noises: tuple[MeasureNoise, ...], measures: list[np.ndarray]) -> list[Any]:
+               noises: tuple[MeasureNoise, ...], measures: list[np.ndarray],
+               keys: tuple[Any, ...] | None = None) -> list[Any]:
     """The ``dpsql.query_cache`` row of an answer, which the ledger writes as it settles.
 
     If the process dies before that commit, a repeat is simply charged again:
     losing a stored answer costs budget, never privacy.
     """
     table = pa.table({f"m{j}": pa.array(m, type=pa.int64()) for j, m in enumerate(measures)})
+    if keys is not None:
+        table = table.append_column("keys", pa.array(list(keys)))
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

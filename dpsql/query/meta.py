@@ -120,7 +120,9 @@ def datasets_table(ctx: Context) -> pa.Table:
                                                   "group_by")}
     for ds in ctx.policy.datasets.values():
         for col in ds.visible_columns:
-            if col.type == "categorical":
+            if col.open_keys:
+                domain, group = "(no list: keys by DP partition selection)", col.name
+            elif col.type == "categorical":
                 values = [("NULL" if v is None else str(v)) for v in col.values or ()]
                 domain = "{" + ", ".join(values[:12]) + (", ..." if len(values) > 12 else "") \
                     + "}"

@@ -27,7 +27,7 @@ from sqlglot.optimizer.simplify import simplify_parens
 
 from dpsql.policy import Dataset
 
-KeyMode = Literal["value", "policy_bins", "width"]
+KeyMode = Literal["value", "policy_bins", "width", "selected"]
 MeasureKind = Literal["count", "distinct", "sum", "centered_sum", "centered_squares", "quantile"]
 AggregateFunc = Literal["count", "count_distinct", "sum", "avg", "var_pop", "var_samp",
                         "stddev_pop", "stddev_samp", "median", "min", "max", "quantile"]
@@ -46,8 +46,10 @@ class GroupKey:
     ``value``: the column's public values (categorical, or integer bins of
     width 1). ``policy_bins``: the policy's bins, keyed by lower edge.
     ``width``: ``dp_bin(col, width)``, bins ``[k*width, (k+1)*width)`` over
-    the column's bounds, keyed by lower edge. ``None`` in ``values`` is the
-    NULL key of a nullable column.
+    the column's bounds, keyed by lower edge. ``selected``: a categorical
+    column with no value list; ``values`` is empty until DP partition
+    selection has released keys (:mod:`dpsql.query.selection`). ``None`` in
+    ``values`` is the NULL key of a nullable column.
     """
 
     column: str

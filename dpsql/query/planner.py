@@ -25,8 +25,9 @@ from dpsql.policy import Column, Dataset, Policy, did_you_mean
 from dpsql.query.aggregates import Aggregates
 from dpsql.query.dialect import DPOptions, describe, keyword_start, nested_too_deeply, reject
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
-from dpsql.query.model import GroupKey, Order, Output, QueryPlan
+from dpsql.query.model import GroupKey, Measure, Order, Output, QueryPlan
 from dpsql.query.predicates import RowChecker, RowScope, Type, read_number
+from dpsql.query.selection import COUNT_ROWS
 
 _SELECT_ARGS = {"expressions", "from_", "where", "group", "having", "order", "limit", "offset",
                 "hint"}
@@ -132,8 +133,11 @@ class _Planner:
         having_expr = post.predicate(having.this, "HAVING") if having is not None else None
         order = self._order(select, [o for o, _ in outputs], post)
         limit, offset = self._limits(select)
+        measures = tuple(self.aggs.measures)
+        if any(k.mode == "selected" for k in self.keys):
+            measures = self._selecting(measures, select)
         return QueryPlan(
-            dataset=self.dataset, keys=tuple(self.keys), measures=tuple(self.aggs.measures),
+            dataset=self.dataset, keys=tuple(self.keys), measures=measures,
             aggregates=tuple(self.aggs.aggregates), where=predicate,
             outputs=tuple(o for o, _ in outputs), having=having_expr, order=tuple(order),
             limit=limit, offset=offset, options=options)
@@ -347,7 +351,9 @@ class _Planner:
                          advice="group by a categorical column or dp_bin(col, WIDTH) of a "
                          "bounded column")
         signature, col, call = found
-        if signature[0] == "value":
+        if signature[0] == "value" and col.open_keys:
+            key = GroupKey(col.name, "selected", ())
+        elif signature[0] == "value":
             key = value_key(col, self.text, node)
         elif signature[0] == "policy_bins":
             key = policy_bins_key(col, self.text, node)
@@ -358,7 +364,35 @@ class _Planner:
             return
         self.keys.append(key)
         self.key_sigs.append(signature)
-        self.key_types.append(self.scope.type_of(col) if key.mode == "value" else "num")
+        self.key_types.append(self.scope.type_of(col) if key.mode in ("value", "selected")
+                              else "num")
+
+    def _selecting(self, measures: tuple[Measure, ...], select: exp.Select
+                   ) -> tuple[Measure, ...]:
+        """The measures of a query whose key is selected privately, with its COUNT(*) added.
+
+        Refuses what partition selection cannot serve: another GROUP BY key, a
+        quantile (its noise is per public cell), a policy with no delta.
+        """
+        key = next(k for k in self.keys if k.mode == "selected")
+        group = select.args["group"]
+        if len(self.keys) > 1:
+            raise reject(self.text, f"GROUP BY {key.column} (no value list) with other keys",
+                         group, construct=f"GROUP BY {key.column}",
+                         advice=f"group by {key.column} alone, or declare its values in the "
+                         "policy")
+        if any(m.kind == "quantile" for m in measures):
+            raise reject(self.text, f"a quantile by {key.column}, whose keys have no value list",
+                         group, construct=f"GROUP BY {key.column}",
+                         advice="ask COUNT, SUM, AVG or the spread family by it")
+        if self.policy.accounting != "zcdp":
+            raise reject(self.text, f"column {key.column!r} has no value list, so its keys "
+                         "would be chosen by DP partition selection, which costs a delta; this "
+                         "policy's accounting is pure (no delta)", group,
+                         construct=f"GROUP BY {key.column}",
+                         advice=f"declare values: [...] for {key.column} in the policy, or ask "
+                         "an administrator for accounting: zcdp with a delta")
+        return measures if COUNT_ROWS in measures else (*measures, COUNT_ROWS)
 
     def _outputs(self, items: list[tuple[exp.Expr, str | None]]) -> list[tuple[Output, Type]]:
         post = _PostChecker(self, {})
@@ -388,7 +422,7 @@ class _Planner:
             return self.aggs.aggregates[aggregate].default_name
         if key is not None:
             k = self.keys[key]
-            return k.column if k.mode == "value" else f"{k.column}_bin"
+            return k.column if k.mode in ("value", "selected") else f"{k.column}_bin"
         return f"col{index + 1}"
 
     # -- ORDER BY, LIMIT ---------------------------------------------------------------------

@@ -1,0 +1,125 @@
+"""DP partition selection: which keys of a GROUP BY column with no value list are released.
+
+A categorical column the policy lists no values for has no public key set, so
+the keys an answer shows come from the data and must themselves be DP. Every
+key present in the bounded source gets a noisy row count (the query's COUNT(*)
+measure, with the noise every count gets); a key is released only if its noisy
+count is at least ``tau``. The released counts are that same draw, so a
+``COUNT(*)`` in the query reuses them (post-processing); other aggregates spend
+their own share on the released keys only.
+
+Privacy: a unit adds at most ``m = max_rows`` rows to the bounded source, so it
+changes at most ``m`` keys' counts, by ``m`` in all (L1 and L2 sensitivity
+``m``, as for any count). On keys present with or without the unit the counts
+are the discrete Gaussian mechanism, ``rho_share``-zCDP (Canonne, Kamath &
+Steinke 2020). A key only the unit holds has a count ``c <= m`` and is released
+with probability ``P(Z >= tau - c) <= exp(-(tau - m)**2 / (2 sigma**2))`` (the
+discrete Gaussian's sub-Gaussian tail, ibid. Cor. 9); over its at most ``m``
+such keys, with ``tau = m + ceil(sigma * sqrt(2 ln(m / delta)))``, the chance
+that any is released is at most ``delta``. The selection is therefore
+``delta``-approximate ``rho_share``-zCDP (Bun & Steinke 2016, Def. 8): with the
+query's rho it gives (epsilon(rho, delta_policy), delta_policy + delta)-DP, where
+``delta`` is the policy's delta (Korolova et al. 2009, Wilson et al. 2020 use
+the same thresholded-count argument with Laplace noise). Pure accounting has no
+delta, so it refuses such a query.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dpsql.errors import InternalError
+from dpsql.query.mechanisms import Noise
+from dpsql.query.model import GroupKey, Measure, QueryPlan
+
+#: The measure whose noisy counts decide which keys are released.
+COUNT_ROWS = Measure("count", None)
+
+
+def selects_keys(plan: QueryPlan) -> bool:
+    """Whether the plan's keys are chosen by partition selection (not public)."""
+    return any(k.mode == "selected" for k in plan.keys)
+
+
+def threshold(noise: Noise, max_rows: int, delta: float) -> int:
+    """The least noisy count a key needs to be released (see the module's Privacy).
+
+    Without noise (an unbounded budget) every key present is released.
+    """
+    if not noise.noisy:
+        return 1
+    if noise.mechanism != "discrete_gaussian" or noise.exponent != 0 or not 0 < delta < 1:
+        raise InternalError("partition selection needs a discrete Gaussian count and a delta; "
+                            "this is a bug in dpsql")
+    margin = math.sqrt(2 * float(noise.param) * math.log(max_rows / delta))
+    return max_rows + math.ceil(margin * (1 + 1e-9))  # rounded against the analyst
+
+
+def leak_bound(noise: Noise, max_rows: int, tau: int) -> float:
+    """The most probability with which any key held by one unit alone is released."""
+    if not noise.noisy:
+        return 1.0
+    gap = tau - max_rows
+    return min(1.0, max_rows * math.exp(-gap * gap / (2 * float(noise.param))))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How a plan's keys are selected: the deciding measure, its threshold and delta."""
+
+    measure: int
+    tau: int
+    delta: float
+
+    @classmethod
+    def of(cls, plan: QueryPlan, noises: tuple[Any, ...], delta: float | None) -> Selection | None:
+        """The selection of ``plan`` (None when its keys are public)."""
+        if not selects_keys(plan):
+            return None
+        measure = plan.measures.index(COUNT_ROWS)
+        noise = noises[measure]
+        if not noise.noisy:
+            return cls(measure, 1, 0.0)
+        if not delta:
+            raise InternalError("partition selection without a delta; this is a bug in dpsql")
+        return cls(measure, threshold(noise, plan.dataset.max_rows, delta), delta)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able: the rule, its threshold and the delta it costs."""
+        return {"mechanism": "partition selection (noisy COUNT(*) >= tau)", "tau": self.tau,
+                "delta": self.delta}
+
+
+def released(plan: QueryPlan, values: tuple[Any, ...]) -> QueryPlan:
+    """``plan`` with its selected key set to the released ``values`` (public from now on)."""
+    key = plan.keys[0]
+    return replace(plan, keys=(GroupKey(key.column, "selected", values),))
+
+
+def select_keys(plan: QueryPlan, sparse: pa.Table, noises: tuple[Noise, ...],
+                selection: Selection) -> tuple[QueryPlan, list[np.ndarray]]:
+    """Threshold the noisy counts of the keys found, then noise the other measures on the rest.
+
+    ``sparse``: one row per key present (``_k0``) with each measure's exact value
+    (``_m{j}``). Returns the plan over the released keys (sorted, NULL last) and
+    each measure's noisy vector over them.
+    """
+    column = sparse.column("_k0")
+    if pa.types.is_dictionary(column.type):  # an ENUM column arrives dictionary-encoded
+        column = column.cast(column.type.value_type)
+    exact = [sparse.column(f"_m{j}").fill_null(0).to_numpy(zero_copy_only=False)
+             .astype(np.int64) for j in range(len(plan.measures))]
+    counts = noises[selection.measure].release(exact[selection.measure])
+    kept = np.flatnonzero(counts >= selection.tau)
+    kept_keys = column.take(pa.array(kept, pa.int64())).combine_chunks()
+    order = kept[pc.array_sort_indices(kept_keys, null_placement="at_end").to_numpy()]
+    noisy = [counts[order] if j == selection.measure else noise.release(values[order])
+             for j, (values, noise) in enumerate(zip(exact, noises, strict=True))]
+    keys = tuple(column.take(pa.array(order, pa.int64())).to_pylist())
+    return released(plan, keys), noisy
