@@ -2,7 +2,8 @@
 
 The sensitive table ``adult`` holds canary values no reply may ever show: one
 tag in every string an analyst must not see (a categorical value outside the
-policy's domain, a hidden column, a column the policy does not list, another
+policy's domain, a hidden column, a column the policy does not list, a categorical
+column with no value list (each value held by one unit), another
 user's audit row), unusual numbers in numeric columns, and exact statistics
 chosen so that they are unlikely to turn up by chance (1013 rows, 719 distinct
 notes, a min and max with many digits). The oracle also knows the store secret
@@ -54,6 +55,7 @@ datasets:
       income: {type: float, bounds: [0, 1000000], bins: 100000}
       note: {type: hidden}
       fnlwgt: {type: hidden}
+      zip: {type: categorical}
 users:
   admin: {role: admin, budgets: {adult: {epsilon: 1000000}}}
   alice: {role: analyst, budgets: {adult: {epsilon: 1000000}}}
@@ -74,7 +76,8 @@ def _rows() -> Iterator[list[Any]]:
             income, fnlwgt = INCOME_MIN, FNLWGT_CANARY
         code = CODE_CANARY if i == 555 else i * 7
         yield [int(rng.integers(17, 91)), int(rng.integers(0, 2)), label, income,
-               f"{TAG}_NOTE_{i % DISTINCT_NOTES}", fnlwgt, f"{TAG}_SSN_{i}", code]
+               f"{TAG}_NOTE_{i % DISTINCT_NOTES}", fnlwgt, f"{TAG}_SSN_{i}", code,
+               f"{TAG}_ZIP_{i}"]
 
 
 def build_store(directory: Path) -> Path:
@@ -82,7 +85,8 @@ def build_store(directory: Path) -> Path:
     data = directory / "adult.csv"
     with data.open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["age", "sex", "label", "income", "note", "fnlwgt", "ssn", "code"])
+        writer.writerow(["age", "sex", "label", "income", "note", "fnlwgt", "ssn", "code",
+                         "zip"])
         writer.writerows(_rows())
     # The canaries outside the declared domain stay in the table as they are.
     path = make_store(directory / f"{STORE_NAME}.duckdb", POLICY, data, PASSWORDS,
@@ -304,6 +308,13 @@ DP_SHAPES = (
     "SELECT QUANTILE_CONT(income, age) FROM adult",
     "SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY fnlwgt) FROM adult",
     "SELECT PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY income) FROM adult",
+    # GROUP BY a column with no value list (every value a canary held by one unit): under
+    # this pure policy partition selection has no delta and is refused, misuses too.
+    "SELECT zip, COUNT(*) FROM adult GROUP BY zip", "SELECT COUNT(*) FROM adult GROUP BY zip",
+    "EXPLAIN PRIVACY SELECT zip, SUM(income) FROM adult GROUP BY zip",
+    "SELECT zip, label, COUNT(*) FROM adult GROUP BY zip, label",
+    "SELECT zip, MEDIAN(income) FROM adult GROUP BY zip", "SELECT zip, COUNT(*) FROM adult",
+    "SELECT COUNT(*) FROM adult WHERE zip LIKE '%ZIP_1%'",
 )
 # COUNT(DISTINCT) (charged, noisy) and its misuses (refused before any charge): note and
 # fnlwgt are hidden, ssn is not in the policy, and 719 distinct notes is an exact statistic.

@@ -180,9 +180,10 @@ def engine_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.fixture(scope="session")
 def both_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One store with both datasets (Adult and ACS), zcdp, finite budgets."""
+    """One store with both datasets (Adult and ACS), zcdp, finite budgets; ``indp`` has no list."""
     adult = yaml.safe_load(ADULT_POLICY.read_text())
     acs = yaml.safe_load(ACS_POLICY.read_text())
+    del acs["datasets"]["acs"]["columns"]["indp"]["values"]  # keys by partition selection
     adult["datasets"].update(acs["datasets"])
     for name, user in adult["users"].items():
         user["budgets"].update(acs["users"].get(name, {}).get("budgets", {}))
