@@ -27,6 +27,14 @@ def test_shipped_policies_validate(name):
     jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(policy.text))
 
 
+def test_a_categorical_column_without_values_has_open_keys():
+    text = policy_text(columns="\n      zip: {type: categorical, description: code}")
+    col = Policy.from_text(text).datasets["adult"].columns["zip"]
+    assert col.open_keys
+    assert not col.has_domain  # nothing to synthesize over
+    assert col.values is None
+
+
 def test_policy_objects_are_frozen():
     policy = Policy.from_text(policy_text())
     with pytest.raises(AttributeError):
@@ -71,8 +79,12 @@ BAD = {
     "bounds_reversed": (policy_text(columns="\n      age: {type: integer, bounds: [90, 17]}"),
                         "lower < upper"),
     "missing_bounds": (policy_text(columns="\n      age: {type: integer}"), "needs bounds"),
-    "categorical_without_values": (policy_text(columns="\n      sex: {type: categorical}"),
-                                   "needs values"),
+    "categorical_labels_without_values": (
+        policy_text(columns="\n      sex: {type: categorical, labels: [a]}"),
+        "labels and decode need values"),
+    "categorical_with_bounds": (
+        policy_text(columns="\n      sex: {type: categorical, bounds: [0, 1]}"),
+        "not bounds or bins"),
     "hidden_with_bounds": (policy_text(columns="\n      f: {type: hidden, bounds: [0, 1]}"),
                            "hidden column takes no bounds"),
     "user_over_dataset": (policy_text(user_budget="{epsilon: 2}"), "exceeds dataset"),
