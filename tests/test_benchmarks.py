@@ -72,3 +72,16 @@ def test_sql_breadth_quick_mode_prints_its_figures() -> None:
     assert "README: DP quantile and distinct count overhead on 100,000 rows: count (reference)" \
         in result.stdout
     assert "count distinct by sex, race" in result.stdout
+
+
+def test_partition_selection_quick_mode_prints_its_figures() -> None:
+    """``benchmarks/partition_selection.py --quick`` (a few seconds): keys released and total
+    error against Laplace thresholding on the shared ACS data (skipped where it is absent)."""
+    if not any((d / "shared" / "data" / "acs" / "national2019.csv").exists()
+               for d in ROOT.parents) and "DPSQL_SHARED_DATA" not in os.environ:
+        pytest.skip("shared/data/acs is not available")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "partition_selection.py"),
+                             "--quick"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"README: partition selection INDP eps=1.0: keys [\d.]+ vs [\d.]+ of \d+",
+                     result.stdout)
