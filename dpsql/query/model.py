@@ -171,6 +171,8 @@ class QueryPlan:
         Public, so built once per plan: a repeated query reuses its plan.
         """
         cells, stride = self.cells, self.cells
+        if cells == 0:  # partition selection released no key: no rows
+            return tuple(pa.array(list(key.values)).slice(0, 0) for key in self.keys)
         arrays = []
         for key in self.keys:
             stride //= key.size

@@ -208,3 +208,16 @@ def test_the_selection_delta_is_the_policys(open_keys: Session) -> None:
     found = Selection.of(plan, (noise,), open_keys.policy.delta)
     assert found == Selection(0, threshold(noise, 1, 1e-6), 1e-6)
     assert found.tau == 1 + math.ceil(math.sqrt(2 * math.log(1e6)))
+
+
+@pytest.mark.parametrize("where", ["zip = 'lonely'", "hours < 0"], ids=["one_unit", "no_row"])
+def test_no_key_released_is_an_empty_answer_fresh_and_cached(open_keys: Session,
+                                                             where: str) -> None:
+    """One unit's key passes tau (7 at sigma 1, delta 1e-6) with p < 2e-6; no row, never."""
+    open_keys.sql("SET dpsql.ci = 0.9")
+    sql = f"SELECT zip, COUNT(*), AVG(hours) FROM t WHERE {where} GROUP BY zip HAVING zip <> ''"
+    for cached in (False, True):
+        answer = open_keys.sql(sql)
+        assert answer.cached is cached
+        assert answer.table.num_rows == 0
+        assert answer.kind == "dp"
