@@ -57,7 +57,7 @@ from dpsql.query.quantile import MeasureNoise
 from dpsql.query.released import check_released, reads_released
 from dpsql.query.render import Context as SQLContext
 from dpsql.query.render import calibrate, clamped_columns, expand_public_keys, to_sql
-from dpsql.query.selection import Selection, released, select_keys
+from dpsql.query.selection import Selection, released, select_keys, selection_delta
 from dpsql.query.statement import (
     ExplainStatement,
     QueryStatement,
@@ -370,7 +370,8 @@ def _prepare(call: _Call, entry: Entry) -> _Prepared:
     sql = SQLContext(call.ctx.store.secret, entry.types, exact=cost.infinite)
     noises = calibrate(plan, cost, call.policy.accounting, sql)
     key = cache.cache_key(call.user, call.policy.fingerprint, plan, cost)
-    selection = Selection.of(plan, noises, call.policy.delta)
+    selection = Selection.of(plan, noises, selection_delta(call.policy.delta, cost,
+                                                          plan.dataset.budget))
     return _Prepared(entry, cost, noises, key, sql, selection)
 
 

@@ -17,11 +17,15 @@ with probability ``P(Z >= tau - c) <= exp(-(tau - m)**2 / (2 sigma**2))`` (the
 discrete Gaussian's sub-Gaussian tail, ibid. Cor. 9); over its at most ``m``
 such keys, with ``tau = m + ceil(sigma * sqrt(2 ln(m / delta)))``, the chance
 that any is released is at most ``delta``. The selection is therefore
-``delta``-approximate ``rho_share``-zCDP (Bun & Steinke 2016, Def. 8): with the
-query's rho it gives (epsilon(rho, delta_policy), delta_policy + delta)-DP, where
-``delta`` is the policy's delta (Korolova et al. 2009, Wilson et al. 2020 use
-the same thresholded-count argument with Laplace noise). Pure accounting has no
-delta, so it refuses such a query.
+``delta``-approximate ``rho_share``-zCDP (Bun & Steinke 2016, Def. 8; Korolova
+et al. 2009, Wilson et al. 2020 use the same thresholded-count argument with
+Laplace noise). Approximate zCDP composes by adding rhos and adding deltas, so
+each query's selection gets the policy's delta times the query's share of the
+dataset's total budget (:func:`selection_delta`): however many queries select
+keys, their deltas add up to at most the policy's delta, and the dataset's
+guarantee stays (epsilon(rho, delta_policy), 2 delta_policy)-DP at the most,
+where epsilon is what the ledger shows. Pure accounting has no delta, so it
+refuses such a query.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsql.errors import InternalError
+from dpsql.privacy import PrivacyCost
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, Measure, QueryPlan
 
@@ -45,6 +50,22 @@ COUNT_ROWS = Measure("count", None)
 def selects_keys(plan: QueryPlan) -> bool:
     """Whether the plan's keys are chosen by partition selection (not public)."""
     return any(k.mode == "selected" for k in plan.keys)
+
+
+def selection_delta(policy_delta: float | None, cost: PrivacyCost,
+                    total: PrivacyCost) -> float | None:
+    """The delta one query's selection spends: the policy's, times the query's share of ``total``.
+
+    ``cost``: the query's; ``total``: its dataset's budget, which the ledger keeps
+    the sum of every charge under, so the selections' deltas sum to at most the
+    policy's. A dataset without a finite budget promises nothing finite: each
+    selection then spends the policy's delta.
+    """
+    if policy_delta is None:
+        return None
+    if total.infinite or cost.infinite or total.is_zero:
+        return policy_delta
+    return policy_delta * min(1.0, float(cost.value / total.value))
 
 
 def threshold(noise: Noise, max_rows: int, delta: float) -> int:

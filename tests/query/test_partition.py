@@ -20,7 +20,14 @@ from dpsql.query import answer as answer_module
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, QueryPlan
 from dpsql.query.planner import plan_query
-from dpsql.query.selection import COUNT_ROWS, Selection, leak_bound, select_keys, threshold
+from dpsql.query.selection import (
+    COUNT_ROWS,
+    Selection,
+    leak_bound,
+    select_keys,
+    selection_delta,
+    threshold,
+)
 from dpsql.query.statement import QueryStatement, classify
 from dpsql.session import Session
 from tests.query.conftest import charges
@@ -31,8 +38,9 @@ TEST_FAILURE_RATE = 1e-6
 UNITS = {"big": 300, "mid": 200, None: 50, "lonely": 1}
 
 
-def _policy(accounting: str, budget: str, max_rows: int = 1) -> str:
+def _policy(accounting: str, budget: str, max_rows: int = 1, query: str | None = None) -> str:
     kind = "rho" if accounting == "zcdp" and budget != ".inf" else "epsilon"
+    query = query or budget
     delta = "delta: 1.0e-6\n" if accounting == "zcdp" else ""
     return f"""version: 1
 accounting: {accounting}
@@ -41,8 +49,8 @@ accounting: {accounting}
     table: t
     max_rows: {max_rows}
     budget: {{{kind}: {budget}}}
-    query_cap: {{{kind}: {budget}}}
-    default_query: {{{kind}: {budget}}}
+    query_cap: {{{kind}: {query}}}
+    default_query: {{{kind}: {query}}}
     columns:
       zip: {{type: categorical}}
       hours: {{type: integer, bounds: [0, 100]}}
@@ -67,8 +75,9 @@ def _store(directory: Path, policy: str) -> Path:
 
 @pytest.fixture
 def open_keys(tmp_path: Path) -> Iterator[Session]:
-    """Alice under zcdp (delta 1e-6) at rho 0.5 a query, on a table whose ``zip`` has no list."""
-    with dpsql.connect(_store(tmp_path, _policy("zcdp", "0.5")), "alice") as session:
+    """Alice under zcdp (delta 1e-6) at rho 0.5 a query of the dataset's 2, on a table whose
+    ``zip`` has no list: a selection spends a quarter of the policy's delta."""
+    with dpsql.connect(_store(tmp_path, _policy("zcdp", "2", query="0.5")), "alice") as session:
         yield session
 
 
@@ -140,7 +149,7 @@ def test_keys_with_many_units_are_released_with_their_counts(open_keys: Session)
     for row in rows:
         assert abs(row["n"] - UNITS[row["zip"]]) <= 6  # 6 sigma: P(fail) < 2e-9 a row
     assert answer.columns["zip"]["public"] is False
-    assert "plus delta=1e-06" in (answer.notice or "")
+    assert "plus delta=2.5e-07" in (answer.notice or "")
 
 
 def test_with_an_unbounded_budget_every_key_present_is_released_exactly(
@@ -165,9 +174,9 @@ def test_explain_privacy_shows_tau_and_delta_at_no_cost(open_keys: Session) -> N
     before = charges(open_keys)
     explained = open_keys.sql("EXPLAIN PRIVACY SELECT zip, SUM(hours) FROM t GROUP BY zip")
     selection = explained.table.to_pylist()[-1]
-    tau = threshold(_gauss(Fraction(1, 4)), 1, 1e-6)
+    tau = threshold(_gauss(Fraction(1, 4)), 1, 2.5e-7)
     assert selection["aggregate"] == f"partition selection [COUNT(*) >= {tau}]"
-    assert selection["cost"].endswith("plus delta=1e-06")
+    assert selection["cost"].endswith("plus delta=2.5e-07")
     assert "partition selection" in (explained.notice or "")
     assert charges(open_keys) == before
 
@@ -200,6 +209,20 @@ def test_pure_accounting_refuses_it_before_any_charge(tmp_path: Path) -> None:
             session.sql("SELECT zip, COUNT(*) FROM t GROUP BY zip")
         assert charges(session) == 0
     assert "declare values" in (caught.value.advice or "")
+
+
+def test_the_selections_deltas_add_up_to_at_most_the_policys() -> None:
+    """Each query's delta is the policy's times its share of the dataset budget, so queries
+    that spend the whole budget spend the policy's delta in all, however many they are."""
+    total, delta = PrivacyCost.zcdp(Fraction(2)), 1e-6
+    shares = [Fraction(1, 2), Fraction(1, 3), Fraction(1, 6), Fraction(1)]
+    spent = [selection_delta(delta, PrivacyCost.zcdp(s), total) for s in shares]
+    assert spent[0] == pytest.approx(2.5e-7)
+    assert sum(spent) == pytest.approx(delta)
+    assert selection_delta(delta, PrivacyCost.zcdp(Fraction(3)), total) == delta  # capped
+    assert selection_delta(delta, PrivacyCost.zcdp(Fraction(1)), PrivacyCost.unbounded(
+        "zcdp")) == delta  # no finite promise to keep
+    assert selection_delta(None, PrivacyCost.zcdp(Fraction(1)), total) is None
 
 
 def test_the_selection_delta_is_the_policys(open_keys: Session) -> None:
