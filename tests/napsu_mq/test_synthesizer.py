@@ -108,9 +108,11 @@ def test_exact_fit_with_an_infinite_budget_matches_the_counts(adult: Source) -> 
                                                 np.random.default_rng(2))
     exact = count_marginals(adult.relation, adult.domain, cliques)
     assert fitted.rows == int(sum(exact[0].reshape(-1)))
-    # The posterior mean reproduces every measured marginal up to a few counts: the CLT
-    # likelihood's log-determinant term moves the mode by O(1) counts from exact moment
-    # matching. A zero count leaves its logit to the prior, so compare probabilities.
+    # The posterior mean reproduces every measured marginal within the posterior's spread:
+    # the mode is O(1) counts from exact moment matching (the CLT likelihood's
+    # log-determinant term), and the mean of the importance-resampled Laplace draws is
+    # within a few posterior sds (about sqrt(count) a cell) of the mode; a wrong fit is off
+    # by hundreds. A zero count leaves its logit to the prior, so compare probabilities.
     mean, _ = fitted.posterior.summary()
     with jax.enable_x64(True):
         tables = compiled_marginals(fitted.structure)(jnp.asarray(mean[: fitted.structure.dim]))
@@ -124,7 +126,7 @@ def test_exact_fit_with_an_infinite_budget_matches_the_counts(adult: Source) -> 
         got = table.sum(axis=away)
         if [names[j] for j in index] != list(clique):
             got = got.T
-        np.testing.assert_allclose(got * fitted.rows, counts, atol=4)
+        assert (np.abs(got * fitted.rows - counts) <= 4 + 3 * np.sqrt(counts)).all(), clique
 
 
 @weak_cells

@@ -34,7 +34,7 @@ from dpsql.synth.base import SynthesizerWarning, register
 from dpsql.synth.measure import measure_marginals
 from dpsql.synth.napsu_mq import estimate as cost_estimate
 from dpsql.synth.napsu_mq import laplace as laplace_step
-from dpsql.synth.napsu_mq import mst, nuts
+from dpsql.synth.napsu_mq import mst, nuts, resample
 from dpsql.synth.napsu_mq import posterior as post
 from dpsql.synth.napsu_mq.evidence import Observed, reduce
 from dpsql.synth.napsu_mq.model import compiled_marginals
@@ -230,6 +230,12 @@ class NapsuMQ:
             diagnostics["laplace"]["weakly_identified"] = int(
                 (laplace_sd > WEAK_FRACTION * self.prior_sd).sum())
             posterior: post.Posterior = post.Gaussian(fitted.mean, fitted.cov)
+            if self.inference == "laplace":
+                draws, ess = resample.resample(
+                    resample.posterior_density(structure, laplace_step.evidence_arrays(
+                        reduced, self.prior_sd)), fitted.mean, fitted.cov, rng, self.keep_draws)
+                diagnostics["laplace"]["importance_ess"] = round(ess, 1)
+                posterior = post.Samples(draws)
             if self.inference == "nuts":
                 draws = nuts.sample(structure, reduced, fitted, self.prior_sd,
                                     chains=self.chains, warmup=self.warmup,
@@ -295,9 +301,13 @@ class NapsuMQ:
             out.append("the Laplace approximation did not converge "
                        f"({'; '.join(lap['notes']) or 'iteration limit'})")
         chain = diagnostics.get("nuts")
-        if not chain and lap.get("weakly_identified"):
-            out.append(f"{lap['weakly_identified']} parameters are barely bound by the data "
-                       "(near-empty cells); Laplace draws can put mass on empty cells: use "
+        ess = lap.get("importance_ess")
+        if ess is not None and ess < resample.MIN_ESS:
+            out.append(f"the Laplace Gaussian fits the posterior poorly (importance-sampling "
+                       f"effective sample size {ess:.0f} < {resample.MIN_ESS} of "
+                       f"{resample.PROPOSALS} "
+                       "draws; some parameters are barely bound by the data): the copies "
+                       "repeat a few posterior draws, so Rubin's intervals are too narrow; use "
                        "inference=nuts, or coarser bins")
         if chain:
             if chain["max_rhat"] is not None and chain["max_rhat"] > RHAT_LIMIT:
