@@ -68,28 +68,50 @@ class Column:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """Where a dataset's rows live when not in the store: a PostgreSQL table.
+    """Where a dataset's rows live when not in the store: PostgreSQL or Spark.
 
     The policy holds no credential: the connection string comes from the
     environment variable ``dsn_env``, or is ``dsn`` (refused if it holds a
     password) with the password from the environment variable ``password_env``.
+    A Spark dataset names a ``table`` of the session's catalog or a Parquet
+    ``path``, and the ``master`` to run on (None: $SPARK_MASTER, else local[2]).
     """
 
-    kind: Literal["postgres"]
-    table: str  # schema.table on the engine
+    kind: Literal["postgres", "spark"]
+    table: str | None = None  # schema.table on PostgreSQL, [database.]table on Spark
     dsn: str | None = None
     dsn_env: str | None = None
     password_env: str | None = None
+    path: str | None = None
+    master: str | None = None
 
     @property
     def schema_name(self) -> str:
         """The schema part of ``table``."""
-        return self.table.split(".")[0]
+        return self.name_parts[0]
 
     @property
     def table_name(self) -> str:
         """The table part of ``table``."""
-        return self.table.split(".")[1]
+        return self.name_parts[-1]
+
+    @property
+    def name_parts(self) -> tuple[str, ...]:
+        """The table's name on the engine, part by part (a path is read as a view of it)."""
+        if self.path is not None:
+            return (f"_dpsql_parquet_{hashlib.sha256(self.path.encode()).hexdigest()[:16]}",)
+        assert self.table is not None
+        return tuple(self.table.split("."))
+
+    @property
+    def product(self) -> str:
+        """The engine's name as people write it."""
+        return {"postgres": "PostgreSQL", "spark": "Spark"}[self.kind]
+
+    @property
+    def location(self) -> str:
+        """What messages name: the table, or the Parquet path."""
+        return self.table if self.table is not None else f"Parquet {self.path}"
 
 
 @dataclass(frozen=True)
@@ -392,6 +414,14 @@ def _dataset(name: str, raw: dict[str, Any], kind: Kind, delta: float | None,
 
 def _engine(raw: dict[str, Any], source: str, where: str) -> EngineSpec:
     """The dataset's engine; a ``dsn`` written in the policy may not hold a password."""
+    if raw["kind"] == "spark":
+        return _spark_engine(raw, source, where)
+    if "table" not in raw or "." not in raw["table"]:
+        raise _fail(source, where + ".table", "a PostgreSQL dataset names its table as "
+                    "schema.table (e.g. public.visits)")
+    if "path" in raw or "master" in raw:
+        raise _fail(source, where, "path and master are Spark settings; a PostgreSQL dataset "
+                    "names a dsn and a table")
     if ("dsn" in raw) == ("dsn_env" in raw):
         raise _fail(source, where, "give exactly one of dsn (without a password) or dsn_env "
                     "(the name of an environment variable holding the connection string)")
@@ -404,6 +434,19 @@ def _engine(raw: dict[str, Any], source: str, where: str) -> EngineSpec:
                     "password_env")
     return EngineSpec(kind=raw["kind"], table=raw["table"], dsn=raw.get("dsn"),
                       dsn_env=raw.get("dsn_env"), password_env=raw.get("password_env"))
+
+
+def _spark_engine(raw: dict[str, Any], source: str, where: str) -> EngineSpec:
+    """A Spark dataset: exactly one of a catalog table or a Parquet path, no credentials."""
+    if ("table" in raw) == ("path" in raw):
+        raise _fail(source, where, "a Spark dataset gives exactly one of table (a table of "
+                    "the Spark catalog) or path (a Parquet file or directory)")
+    extra = sorted({"dsn", "dsn_env", "password_env"} & set(raw))
+    if extra:
+        raise _fail(source, where + "." + extra[0], "a Spark dataset takes no connection "
+                    "string: name the cluster with master (or $SPARK_MASTER)")
+    return EngineSpec(kind="spark", table=raw.get("table"), path=raw.get("path"),
+                      master=raw.get("master"))
 
 
 def _has_password(dsn: str) -> bool:

@@ -233,6 +233,9 @@ def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
     if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ConfigurationError(f"seed must be a non-negative integer, got {seed!r}")
     ds = policy.dataset(dataset_name)
+    if ds.engine is not None and ds.engine.kind == "spark":
+        raise ReleaseError(f"dataset {ds.name!r} lives in Spark, and releases read the store "
+                           "or PostgreSQL only for now (docs/engines.md); nothing was charged")
     types = _source_types(store, ds)
     synth = synth_base.get(synth_name, **options)
     if synth_name not in ds.synthesizers:

@@ -36,7 +36,7 @@ def row_key_sql(dataset: Dataset, secret: str,
     A dataset in the store uses DuckDB's ``hash`` (it treats ``-0.0`` as ``0.0``,
     all NaNs alike and NULL apart from every value): it costs what the old
     ``rowid`` hash did. A dataset on another engine uses :func:`portable_key_sql`,
-    which DuckDB and PostgreSQL compute alike (docs/engines.md measures both).
+    which DuckDB, PostgreSQL and Spark compute alike (docs/engines.md measures both).
     A DuckDB version whose ``hash`` changed would change the choice, never the bound.
     """
     if dataset.engine is not None:
@@ -77,7 +77,7 @@ def _canonical_text(name: str, kind: str) -> str:
 def source_table(dataset: Dataset) -> str:
     """The table holding the dataset's rows, as SQL: the store's, or the engine's."""
     if dataset.engine is not None:
-        return f"{quote(dataset.engine.schema_name)}.{quote(dataset.engine.table_name)}"
+        return ".".join(quote(part) for part in dataset.engine.name_parts)
     return f"main.{quote(check_identifier(dataset.table, 'table'))}"
 
 

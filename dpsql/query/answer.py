@@ -52,6 +52,7 @@ from dpsql.query.options import (
 )
 from dpsql.query.plancache import Entry, plans_of
 from dpsql.query.planner import plan_query
+from dpsql.query.portable import check_total
 from dpsql.query.post import answer_table, base_table
 from dpsql.query.quantile import MeasureNoise
 from dpsql.query.released import check_released, reads_released
@@ -384,8 +385,6 @@ def _bind(call: _Call, prepared: _Prepared) -> Prepared:
     """
     plan = prepared.plan
     if plan.dataset.engine is not None:
-        from dpsql.query.postgres import check_total
-
         check_total(plan, prepared.entry.types)
     clamped = clamped_columns(plan)
     engine = call.engine_of(plan.dataset)

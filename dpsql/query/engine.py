@@ -10,9 +10,10 @@ constraints, the aggregation) in one snapshot, so the SQL runs on the schema it
 was generated for, whatever an administrator changes meanwhile.
 :func:`engine_for` picks a dataset's engine: :class:`DuckDBEngine` for the
 store's own tables, :class:`~dpsql.query.postgres.PostgresEngine` for a dataset
-whose policy names ``engine: {kind: postgres}`` (docs/engines.md); another engine
-(Spark) would implement the same methods and be added there. Noise, accounting
-and the ledger stay in dpsql whatever runs the aggregation.
+whose policy names ``engine: {kind: postgres}`` and
+:class:`~dpsql.query.spark.SparkEngine` for ``engine: {kind: spark}``
+(docs/engines.md); another engine implements the same methods and is added
+there. Noise, accounting and the ledger stay in dpsql whatever runs the aggregation.
 """
 
 from __future__ import annotations
@@ -245,6 +246,13 @@ def engine_for(dataset: Dataset, store: Store, interrupts: Interrupter,
     """
     if dataset.engine is None:
         return DuckDBEngine(store, interrupts)
+    if dataset.engine.kind == "spark":
+        try:
+            from dpsql.query.spark import SparkEngine  # pyspark only where it is used
+        except ImportError as err:
+            raise ConfigurationError(f"dataset {dataset.name} lives in Spark, which needs "
+                                     "pyspark: pip install 'dpsql[spark]'") from err
+        return SparkEngine(dataset.engine, interrupts)
     try:
         from dpsql.query.postgres import PostgresEngine  # psycopg only where it is used
     except ImportError as err:

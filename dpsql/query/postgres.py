@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from fractions import Fraction
 from typing import Any
@@ -28,11 +27,11 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import make_conninfo
 from sqlglot import exp
 
-from dpsql.errors import ConfigurationError, QueryCanceled, QueryRejected
+from dpsql.errors import ConfigurationError, QueryCanceled
 from dpsql.interrupt import Interrupter
 from dpsql.policy import EngineSpec
 from dpsql.query.engine import EngineError, Links, intersected, number
-from dpsql.query.model import QueryPlan
+from dpsql.query.portable import unwrap
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 10  # seconds before an unreachable server is reported
@@ -264,7 +263,7 @@ def range_check(definition: str) -> tuple[str, Fraction, Fraction] | None:
         node = sqlglot.parse_one(text[len("CHECK"):], read="postgres")
     except sqlglot.errors.SqlglotError:
         return None
-    node = _unwrap(node)
+    node = unwrap(node)
     if isinstance(node, exp.Between):
         column, lo, hi = node.this, _value(node.args.get("low")), _value(node.args.get("high"))
         if not isinstance(column, exp.Column) or column.table or lo is None or hi is None:
@@ -272,7 +271,7 @@ def range_check(definition: str) -> tuple[str, Fraction, Fraction] | None:
         return column.name, lo, hi
     if not isinstance(node, exp.And):
         return None
-    sides = [_side(_unwrap(node.this)), _side(_unwrap(node.expression))]
+    sides = [_side(unwrap(node.this)), _side(unwrap(node.expression))]
     if None in sides:
         return None
     (name_a, kind_a, a), (name_b, kind_b, b) = sides  # type: ignore[misc]
@@ -281,17 +280,11 @@ def range_check(definition: str) -> tuple[str, Fraction, Fraction] | None:
     return (name_a, a, b) if kind_a == "lo" else (name_a, b, a)
 
 
-def _unwrap(node: exp.Expr) -> exp.Expr:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
-
-
 def _side(node: exp.Expr) -> tuple[str, str, Fraction] | None:
     """``col >= v`` -> (col, 'lo', v); ``col <= v`` -> (col, 'hi', v); else None."""
     if not isinstance(node, (exp.GTE, exp.LTE)):
         return None
-    column, value = _unwrap(node.this), _value(node.expression)
+    column, value = unwrap(node.this), _value(node.expression)
     if not isinstance(column, exp.Column) or column.table or value is None:
         return None
     return column.name, "lo" if isinstance(node, exp.GTE) else "hi", value
@@ -304,7 +297,7 @@ def _value(node: exp.Expr | None) -> Fraction | None:
     nearest double (as PostgreSQL computes it), to an integer or unscaled NUMERIC
     only when nothing is rounded; any other cast is not read.
     """
-    node = _unwrap(node) if node is not None else None
+    node = unwrap(node) if node is not None else None
     if not isinstance(node, exp.Cast):
         return number(node)
     inner = node.this
@@ -327,66 +320,6 @@ def _string_number(text: str) -> Fraction | None:
         return Fraction(text.strip())
     except (ValueError, ZeroDivisionError):
         return None
-
-
-#: Operators on doubles that PostgreSQL raises on (overflow, division by zero) where
-#: DuckDB gives inf, NaN or NULL: an error after the charge would depend on the rows.
-_RAISING = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow)
-_SAFE = 1e300  # a double below this in magnitude is far from overflowing
-_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "INT", "INT2", "INT4", "INT8")
-
-
-def check_total(plan: QueryPlan, types: Mapping[str, str]) -> None:
-    """Refuse what PostgreSQL could raise on or cannot run (before the charge).
-
-    A DP quantile reads each group's histogram of grid positions, which dpsql
-    computes with DuckDB's ``histogram`` (a MAP): it is refused here, from the plan
-    alone, at no cost. dpsql's own arithmetic works on clamped values and cannot overflow; an
-    analyst's ``WHERE`` or ``FILTER`` could (``x * 1e300``, ``a / (b - 40)``), and
-    a failure that depends on the rows must not happen once the query is charged.
-    Arithmetic is allowed where every step stays below 1e300 whatever the rows:
-    integer columns, literals, and division by a nonzero literal.
-    """
-    if any(m.kind == "quantile" for m in plan.measures):
-        raise QueryRejected(
-            f"dataset {plan.dataset.name} has its rows in PostgreSQL, where dpsql has no DP "
-            "quantile (MEDIAN, PERCENTILE_CONT, QUANTILE_CONT, MIN, MAX) yet",
-            construct="quantile", advice="estimate it from a histogram: GROUP BY "
-            "dp_bin(col, WIDTH) with COUNT(*), or copy the table into a DuckDB dataset")
-    for condition in [plan.where, *(m.filter for m in plan.measures)]:
-        for node in condition.find_all(*_RAISING) if condition is not None else ():
-            if not _magnitude(node, types) < _SAFE:
-                raise QueryRejected(
-                    f"{node.sql(dialect='duckdb')} could overflow or divide by zero on dataset "
-                    f"{plan.dataset.name}, whose rows are in PostgreSQL (it raises there where "
-                    "DuckDB does not)", construct="arithmetic",
-                    advice="use integer columns, literals and division by a nonzero literal, "
-                    "or compare the column itself (x > 10 instead of x * 2 > 20)")
-
-
-def _magnitude(node: exp.Expr, types: Mapping[str, str]) -> float:
-    """An upper bound of ``|node|`` over every row (inf: none is known)."""
-    node = _unwrap(node)
-    if isinstance(node, exp.Literal) and not node.is_string:
-        return abs(float(node.this))
-    if isinstance(node, (exp.Neg, exp.Abs, exp.Round, exp.Cast, exp.Floor, exp.Ceil)):
-        return _magnitude(node.this, types) + 1  # + 1: rounding up
-    if isinstance(node, exp.Column):
-        kind = types.get(node.name, "").upper()
-        return 2.0**64 if kind in _INTEGERS else math.inf
-    if isinstance(node, (exp.Add, exp.Sub)):
-        return _magnitude(node.this, types) + _magnitude(node.expression, types)
-    if isinstance(node, exp.Mul):
-        a, b = _magnitude(node.this, types), _magnitude(node.expression, types)
-        return 0.0 if 0.0 in (a, b) else a * b
-    if isinstance(node, exp.Div):
-        divisor = _unwrap(node.expression)
-        if isinstance(divisor, exp.Cast):
-            divisor = _unwrap(divisor.this)
-        if isinstance(divisor, exp.Literal) and not divisor.is_string \
-                and float(divisor.this) != 0:
-            return _magnitude(node.this, types) / abs(float(divisor.this))
-    return math.inf
 
 
 def to_postgres(query: exp.Expr) -> exp.Expr:

@@ -41,31 +41,12 @@ from dpsql.source import bounded_sql
 from tests import pgcluster
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, charges, with_budgets
-from tests.query.test_exact import ACS_CASES, ADULT_CASES, CONSTANT_CASES, ORDERED_CASES
+from tests.query.engine_corpus import BOUNDED_ROWS, CORPUS, check_identical
 
 pytestmark = pytest.mark.skipif(pgcluster.initdb_path() is None,
                                 reason="PostgreSQL is not installed (apt-get install postgresql)")
 PASSWORD_ENV = "DPSQL_TEST_PG_PASSWORD"
 SECRETS = (pgcluster.READER_PASSWORD, pgcluster.SUPER_PASSWORD)
-
-EXTRA_CASES = [
-    "SELECT COUNT(*) FROM adult WHERE round(hours_per_week / 2) = 20",  # ties: half away from 0
-    "SELECT COUNT(*), SUM(age), AVG(capital_gain) FROM adult WHERE sex = 1 AND age > 30",
-    "SELECT race, sex, COUNT(*), AVG(hours_per_week) FROM adult GROUP BY race, sex",
-    "SELECT dp_bin(age, 7), SUM(hours_per_week) FROM adult GROUP BY 1",
-    "SELECT COUNT(*) FROM adult WHERE age - 2 * hours_per_week > -100 OR NOT (age < 30)",
-    "SELECT COUNT(*) FROM adult WHERE round(age / 7) = 4 AND round(age / 3.0, 1) > 9",
-    "SELECT relationship, COUNT(*) FILTER (WHERE age BETWEEN 20 AND 30) FROM adult GROUP BY 1",
-]
-ACS_EXTRA = [
-    "SELECT COUNT(*), SUM(pincp) FROM acs WHERE pincp > 1000.5",
-    "SELECT sex, SUM(density), COUNT(density) FROM acs GROUP BY sex",
-]
-#: Every case as (dataset, query); the quick suite runs every fourth.
-CORPUS = ([("adult", c[1]) for c in ADULT_CASES] + [("adult", c[1]) for c in ORDERED_CASES]
-          + [("adult", c) for c in CONSTANT_CASES] + [("adult", c) for c in EXTRA_CASES]
-          + [("acs", c[1]) for c in ACS_CASES] + [("acs", c) for c in ACS_EXTRA])
-
 
 @pytest.fixture(scope="session")
 def pg() -> Iterator[pgcluster.Cluster]:
@@ -111,21 +92,6 @@ def twins(pg: pgcluster.Cluster, tmp_path_factory: pytest.TempPathFactory
             "acs": twin_stores(directory, pg, "acs", acs, ACS_DATA, na="N")}
 
 
-def answers(paths: tuple[Path, Path], sql: str) -> tuple[list[Any], list[Any]]:
-    out = []
-    for path in paths:
-        with dpsql.connect(path, "alice") as session:
-            answer = session.sql(sql)
-            assert answer.kind == "dp"  # a repeated measurement comes from the cache
-            out.append(answer.table.to_pylist())
-    return out[0], out[1]
-
-
-def check_identical(twins: dict[str, tuple[Path, Path]], dataset: str, sql: str) -> None:
-    on_duckdb, on_postgres_ = answers(twins[dataset], sql)
-    assert on_postgres_ == on_duckdb, sql
-
-
 @pytest.mark.parametrize(("dataset", "sql"), CORPUS[::4])
 def test_quick_corpus_identical_on_both_engines(twins: dict[str, tuple[Path, Path]],
                                                 dataset: str, sql: str) -> None:
@@ -168,12 +134,6 @@ datasets:
 users:
   admin: {role: admin, budgets: {t: {epsilon: .inf}}}
 """
-BOUNDED_ROWS = """SELECT i % 97 AS person,
-  CASE WHEN i % 11 = 0 THEN 'NaN'::DOUBLE WHEN i % 13 = 0 THEN NULL WHEN i % 17 = 0 THEN 1.0
-       WHEN i % 19 = 0 THEN 'Infinity'::DOUBLE ELSE (i % 7) / 3.0 END AS x,
-  CASE WHEN i % 5 = 0 THEN NULL ELSE (i % 4)::INTEGER END AS n,
-  CASE WHEN i % 3 = 0 THEN 'é' WHEN i % 7 = 0 THEN NULL ELSE 'ab' END AS s
-FROM range(2000) r(i)"""
 
 
 def test_bounding_keeps_the_same_rows_on_duckdb_and_postgres(pg: pgcluster.Cluster) -> None:
