@@ -50,6 +50,7 @@ def session(spec: EngineSpec) -> SparkSession:
     try:
         return (SparkSession.builder.master(master).appName("dpsql")
                 .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
                 .config("spark.sql.session.timeZone", "UTC")  # dates and times as text
                 .getOrCreate())
     except (*_ERRORS, RuntimeError) as err:
