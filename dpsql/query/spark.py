@@ -195,15 +195,19 @@ def _duckdb_type(kind: str) -> str:
 def to_spark(query: exp.Expr) -> exp.Expr:
     r"""The plan with DuckDB operators that Spark reads differently rewritten.
 
-    Arithmetic needs none: a row condition's arithmetic is in DOUBLE already
-    (:mod:`dpsql.query.predicates`), as Spark's decimal division would round
-    differently. A LIKE pattern's backslashes are doubled: DuckDB's LIKE has no
-    escape character, Spark's is the backslash (an explicit ESCAPE is kept).
+    ``SUM`` adds in DECIMAL(38, 0): Spark's SUM of BIGINT is a BIGINT that raises
+    on overflow (ANSI mode), after the charge, where DuckDB's HUGEINT total is
+    capped. Row conditions need nothing: their arithmetic is in DOUBLE already
+    (:mod:`dpsql.query.predicates`), so Spark's decimal division never applies.
+    A LIKE pattern's backslashes are doubled: DuckDB's LIKE has no escape
+    character, Spark's is the backslash (an explicit ESCAPE is kept).
     ``COLLATE "C"`` goes: Spark compares strings in byte order already.
     """
     def rewrite(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Collate):
             return node.this.transform(rewrite)
+        if isinstance(node, exp.Sum):
+            return exp.Sum(this=exp.cast(node.this.transform(rewrite), "DECIMAL(38, 0)"))
         if isinstance(node, exp.Escape):  # its own escape character, as written
             like = node.this.copy()
             for key in ("this", "expression"):

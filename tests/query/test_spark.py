@@ -138,6 +138,29 @@ def test_arithmetic_that_could_raise_is_refused_before_the_charge(
         assert session_.budget()[0].spent == before
 
 
+BIG_POLICY = """version: 1
+accounting: pure
+datasets:
+  big:
+    table: big
+    budget: {epsilon: .inf}
+    default_query: {epsilon: .inf}
+    columns:
+      n: {type: integer, bounds: [0, 4000000000000000]}
+users:
+  admin: {role: admin, budgets: {big: {epsilon: .inf}}}
+  alice: {role: analyst, budgets: {big: {epsilon: .inf}}}
+"""
+
+
+def test_a_total_beyond_bigint_is_capped_as_on_duckdb(spark: Any, tmp_path: Path) -> None:
+    # 3,000 x 4e15 overflows BIGINT: Spark's SUM of BIGINT raises (ANSI), after the charge.
+    data = tmp_path / "big.csv"
+    data.write_text("n\n" + "4000000000000000\n" * 3000)
+    twins = {"big": twin_stores(tmp_path, spark, "big", BIG_POLICY, data)}
+    check_identical(twins, "big", "SELECT SUM(n), COUNT(*) FROM big")
+
+
 # -- contribution bounding: the same kept rows ----------------------------------------------
 
 BOUNDED_POLICY = """version: 1
