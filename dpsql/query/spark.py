@@ -112,7 +112,11 @@ class SparkEngine:
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
-        """Spark's errors as EngineError (its first line: no row values are in it)."""
+        """Spark's errors as EngineError, with their first line.
+
+        It can quote a value (an ANSI error names the operand); after a charge the
+        analyst gets dpsql's fixed reply instead, and before it no row is read.
+        """
         try:
             yield
         except _ERRORS as err:
