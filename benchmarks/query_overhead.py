@@ -56,9 +56,13 @@ SMARTNOISE_QUERIES = ("count by 2 categoricals", "sum with BETWEEN")  # on its C
 SAMPLE_ROWS = 5000
 
 
-def build(directory: Path, rows: int, checks: bool = True, unit_rows: int = 0) -> Path:
+def build(directory: Path, rows: int, checks: bool = True, unit_rows: int = 0,
+          accounting: str = "zcdp") -> Path:
     data = Path(str(resources.files("dpsql").joinpath("data")))
     raw = yaml.safe_load((data / "adult.yaml").read_text())
+    raw["accounting"] = accounting
+    if accounting == "pure":
+        del raw["delta"]
     big = {"epsilon": 1_000_000}
     raw["datasets"]["adult"].update(budget=big, query_cap={"epsilon": 10},
                                     default_query={"epsilon": 1})

@@ -14,6 +14,12 @@ through ``Session.sql`` (fresh epsilon each run, so no cached answer;
 ``COUNT(*)`` shows dpsql's fixed overhead) against the same plain DuckDB query,
 on ``--rows`` rows (the Adult sample replicated as in ``query_overhead.py``),
 median of ``--runs``.
+SmartNoise SQL: each new aggregate on ``age`` of the 5,000-row Adult sample at
+epsilon 1 (dpsql: zCDP at delta 1e-6; smartnoise-sql: Privacy(1, 1e-6), same
+bounds [0, 84]), ``--reps`` answers each; median and p90 absolute error against
+plain DuckDB, or the message with which smartnoise-sql refuses the query. It
+runs when smartnoise-sql is installed in /work/venvs/smartnoise (as for
+``query_overhead.py``).
 
     python benchmarks/sql_breadth.py [--rows 10000000] [--reps 100] [--runs 5] [--quick]
 """
@@ -21,6 +27,9 @@ median of ``--runs``.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import tempfile
 from fractions import Fraction
 from pathlib import Path
@@ -28,12 +37,14 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow.csv as pacsv
 from _common import median_time, print_table, readme, shared_data
-from query_overhead import build
+from query_overhead import SAMPLE_ROWS, SMARTNOISE, build
 
 import dpsql
 from dpsql.privacy import PrivacyCost
 from dpsql.query.quantile import Grid, QuantileNoise
+from dpsql.store import Store
 
 COLUMNS = {"age": 84, "hours-per-week": 98, "education-num": 15}  # bounds [0, hi]
 QS = (Fraction(1, 2), Fraction(9, 10), Fraction(1, 100))
@@ -133,6 +144,78 @@ def overhead(rows: int, runs: int) -> list[dict[str, Any]]:
     return out
 
 
+VERSUS_SMARTNOISE = {  # name: (dpsql SQL, smartnoise-sql SQL, plain DuckDB SQL)
+    name: (f"SELECT {sql} FROM adult", f"SELECT {theirs or sql} FROM adult",
+           f"SELECT {plain or sql} FROM main.adult")
+    for name, sql, theirs, plain in (
+        ("median", "MEDIAN(age)", None, "quantile_disc(age, 0.5)"),
+        ("p90", "PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY age)", None,
+         "quantile_disc(age, 0.9)"),
+        ("min", "MIN(age)", None, None), ("max", "MAX(age)", None, None),
+        ("variance", "VAR_SAMP(age)", "VAR(age)", None), ("stddev", "STDDEV(age)", None, None),
+        ("count distinct", "COUNT(DISTINCT age)", None, None))}
+
+
+def versus_smartnoise(reps: int) -> list[dict[str, Any]]:
+    """Absolute errors of dpsql (zCDP and pure) and smartnoise-sql, same queries, epsilon 1."""
+    with tempfile.TemporaryDirectory() as tmp:
+        mine, truth = {}, {}
+        for accounting in ("zcdp", "pure"):
+            (Path(tmp) / accounting).mkdir()
+            path = build(Path(tmp) / accounting, SAMPLE_ROWS, accounting=accounting)
+            mine[accounting], truth = _answers(path, reps)
+        csv = Path(tmp) / "age.csv"
+        with Store.open(path) as store:
+            pacsv.write_csv(store.cursor().sql("SELECT age FROM main.adult").to_arrow_table(), csv)
+        theirs = smartnoise_answers(csv, reps)
+    rows = []
+    for name in VERSUS_SMARTNOISE:
+        row: dict[str, Any] = {"query": name, "truth": truth[name]}
+        got = theirs.get(name)
+        for who, values in (("zcdp", mine["zcdp"][name]), ("pure", mine["pure"][name]),
+                            ("smartnoise", got)):
+            errors = np.abs(np.array(values) - truth[name]) if isinstance(values, list) \
+                else np.array([np.nan])
+            row[f"{who}_median"] = float(np.median(errors))
+            row[f"{who}_p90"] = float(np.quantile(errors, 0.9))
+        row["smartnoise_refused"] = "not run" if got is None else \
+            got["refused"] if isinstance(got, dict) else ""
+        rows.append(row)
+    return rows
+
+
+def _answers(path: Path, reps: int) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """dpsql's ``reps`` answers to each query at epsilon 1 (fresh, not cached), and the truth."""
+    fresh = iter(range(1, 10**6))
+    with dpsql.connect(path, "alice") as alice:
+        cursor = alice.store.cursor()
+        truth = {name: float(cursor.execute(plain).fetchone()[0])
+                 for name, (_, _, plain) in VERSUS_SMARTNOISE.items()}
+        answers: dict[str, list[float]] = {}
+        for name, (sql, _, _) in VERSUS_SMARTNOISE.items():
+            answers[name] = []
+            for _ in range(reps):  # a new epsilon each time: no answer from the cache
+                alice.sql(f"SET dpsql.epsilon = {1 - next(fresh) / 10**9}")
+                answers[name].append(float(alice.sql(sql).table.column(0)[0].as_py()))
+    return answers, truth
+
+
+def smartnoise_answers(csv: Path, reps: int) -> dict[str, Any]:
+    """smartnoise-sql's answers (or refusals) per query; empty when it is not installed."""
+    if not SMARTNOISE.exists():
+        return {}
+    script = Path(__file__).with_name("_smartnoise_queries.py")
+    queries = {name: sql for name, (_, sql, _) in VERSUS_SMARTNOISE.items()}
+    result = subprocess.run([str(SMARTNOISE), str(script), str(csv), str(reps),
+                             json.dumps(queries), "answers"], capture_output=True, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                            timeout=3600)
+    if result.returncode != 0:
+        print("smartnoise-sql failed:", result.stderr.strip().splitlines()[-1:])
+        return {}
+    return dict(json.loads(result.stdout))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -151,6 +234,14 @@ def main() -> None:
            "p90 of runs): " + ", ".join(
                f"{r['column']} q={r['q']:g} {r['dpsql_median']:g}/{r['opendp_median']:g} "
                f"p90 {r['dpsql_p90']:g}/{r['opendp_p90']:g}" for r in small))
+    versus = versus_smartnoise(args.reps)
+    print_table(versus, args.json)
+    readme(f"DP aggregates vs smartnoise-sql, {SAMPLE_ROWS:,} Adult rows, age, eps 1 "
+           "(abs. error dpsql zCDP/dpsql pure/smartnoise, median and p90): " + ", ".join(
+               f"{r['query']} {r['zcdp_median']:.3g}/{r['pure_median']:.3g}/" + (
+                   f"{r['smartnoise_median']:.3g} p90 {r['zcdp_p90']:.3g}/{r['pure_p90']:.3g}/"
+                   f"{r['smartnoise_p90']:.3g}" if not r["smartnoise_refused"]
+                   else f"refused ({r['smartnoise_refused'][:40]})") for r in versus))
     costs = overhead(args.rows, args.runs)
     print_table(costs, args.json)
     readme(f"DP quantile and distinct count overhead on {args.rows:,} rows: " + ", ".join(
