@@ -39,6 +39,7 @@ import duckdb
 from dpsql.errors import AccessDenied, BudgetExceeded, InternalError
 from dpsql.policy import Policy
 from dpsql.privacy import Kind, PrivacyCost
+from dpsql.public import load_public_tables
 from dpsql.store import Store, now
 
 
@@ -589,13 +590,21 @@ def queued_answer(store: Store, key: str) -> Sequence[Any] | None:
 def apply_policy(store: Store, policy: Policy, applied_by: str,
                  prepare: Callable[[duckdb.DuckDBPyConnection], list[str]] | None = None
                  ) -> list[str]:
-    """Make ``policy`` the store's active one, audited in the same transaction."""
+    """Make ``policy`` the store's active one, audited in the same transaction.
+
+    Its public tables are copied into the store in that transaction too
+    (:func:`dpsql.public.load_public_tables`).
+    """
     def audit(cur: duckdb.DuckDBPyConnection, changes: list[str]) -> None:
         Ledger(store, policy).record(applied_by, None, f"policy apply {policy.source}",
                                      "applied", "; ".join(changes), action="policy",
                                      cursor=cur)
 
-    return store.apply_policy(policy, applied_by, prepare, audit=audit)
+    def prepared(cur: duckdb.DuckDBPyConnection) -> list[str]:
+        changes = prepare(cur) if prepare is not None else []
+        return changes + load_public_tables(cur, policy)
+
+    return store.apply_policy(policy, applied_by, prepared, audit=audit)
 
 
 _CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, fingerprint, "

@@ -150,6 +150,22 @@ class Dataset:
 
 
 @dataclass(frozen=True)
+class PublicTable:
+    """A non-sensitive lookup table a DP query may join a dataset to on its unique ``key``.
+
+    Its rows come from ``path`` (CSV or Parquet, relative to the policy file) or from
+    store table ``table`` and are copied into the store's ``public_tables`` schema
+    when the policy is applied (:meth:`dpsql.store.Store.apply_policy`).
+    """
+
+    name: str
+    key: str
+    path: str | None = None
+    table: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
 class User:
     """A principal with a role and per-dataset budgets."""
 
@@ -172,6 +188,7 @@ class Policy:
     name: str = ""
     source: str = "<policy>"
     answer_cache_mb: float = 256.0
+    public_tables: Mapping[str, PublicTable] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
@@ -517,11 +534,26 @@ def _build(raw: Any, text: str, source: str, stored: bool = False) -> Policy:
     }
     if not any(u.role == "admin" for u in users.values()):
         raise _fail(source, "users", "declare at least one user with role: admin")
+    public = {name: PublicTable(name, spec["key"], spec.get("path"), spec.get("table"),
+                                spec.get("description"))
+              for name, spec in raw.get("public_tables", {}).items()}
+    clash = sorted({n.lower() for n in public} & {n.lower() for d in datasets.values()
+                                                  for n in (d.name, d.table)})
+    if clash:
+        raise _fail(source, f"public_tables.{clash[0]}", "a public table cannot share its name "
+                    "with a dataset or its table; rename it")
+    private = {d.table.lower(): d.name for d in datasets.values()}
+    for table in public.values():
+        if table.table is not None and table.table.lower() in private:
+            raise _fail(source, f"public_tables.{table.name}.table", f"table {table.table!r} "
+                        f"holds dataset {private[table.table.lower()]!r}, which is sensitive; a "
+                        "public table must hold public data only")
     return Policy(
         accounting=kind, delta=delta, datasets=MappingProxyType(datasets),
         users=MappingProxyType(users), canonical=canonical, text=text,
         name=str(raw.get("name", "")), source=source,
         answer_cache_mb=float(raw.get("answer_cache_mb", 256.0)),
+        public_tables=MappingProxyType(public),
     )
 
 

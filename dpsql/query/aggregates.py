@@ -121,7 +121,7 @@ class Aggregates:
             raise reject(self.text, "COUNT(DISTINCT ...) over an expression is not supported",
                          value, construct="COUNT(DISTINCT expression)",
                          advice="count the distinct values of a column")
-        column = self.scope.column(value).name
+        column = self.scope.measured(value).name
         return self._register("count_distinct", column, f"COUNT(DISTINCT {column})", predicate,
                               [Measure("distinct", column, predicate)])
 
@@ -164,7 +164,7 @@ class Aggregates:
                          construct=f"{func.upper()}(expression)",
                          advice="aggregate a column (bounds are declared per column); filter "
                          "rows with WHERE or FILTER (WHERE ...)")
-        col = self.scope.column(arg)
+        col = self.scope.measured(arg)
         if func != "count" and bounds_of(col) is None:
             raise reject(self.text, f"column {col.name!r} has no bounds in the policy", arg,
                          construct=f"{func.upper()}({col.name})",

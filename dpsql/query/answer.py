@@ -19,6 +19,7 @@ for the session to keep.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -31,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
+from dpsql import public
 from dpsql.context import Context
 from dpsql.errors import ConfigurationError, InternalError, QueryCanceled, QueryRejected
 from dpsql.ledger import Ledger
@@ -68,6 +70,7 @@ from dpsql.query.statement import (
     classify,
 )
 from dpsql.query.target import suggest
+from dpsql.store import Store
 
 DEFAULT_CONFIDENCE = 0.95
 #: The measurements of an aggregate made of several, by name, in the plan's order.
@@ -320,7 +323,7 @@ def _planned(call: _Call, ast: exp.Expr, text: str) -> Entry:
             types[dataset.table] = _column_types(call, dataset)
         return types[dataset.table]
 
-    plan = plan_query(ast, text, call.policy, types_of)
+    plan = plan_query(ast, text, call.policy, types_of, _Catalog(call.ctx.store))
     if not plan.measures:
         raise reject(text, "a DP query needs at least one aggregate", ast,
                      construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
@@ -352,6 +355,21 @@ def _same_types(call: _Call, dataset: Dataset, types: Mapping[str, str]) -> bool
         return _column_types(call, dataset) == types
     except InternalError:
         return False
+
+
+class _Catalog:
+    """The store's public tables, for the planner (public data: reading them costs nothing)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def types(self, table: str) -> dict[str, str]:
+        with contextlib.closing(self.store.cursor()) as cur:
+            return public.column_types(cur, table)
+
+    def values(self, table: str, column: str) -> tuple[Any, ...]:
+        with contextlib.closing(self.store.cursor()) as cur:
+            return public.distinct_values(cur, table, column)
 
 
 def _column_types(call: _Call, dataset: Dataset) -> dict[str, str]:

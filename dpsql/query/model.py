@@ -25,7 +25,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify_parens
 
-from dpsql.policy import Dataset
+from dpsql.policy import Column, Dataset
 
 KeyMode = Literal["value", "policy_bins", "width", "selected"]
 MeasureKind = Literal["count", "distinct", "sum", "centered_sum", "centered_squares", "quantile"]
@@ -144,6 +144,30 @@ class Order:
 
 
 @dataclass(frozen=True)
+class Join:
+    """The dataset joined to public table ``table`` on ``dataset.on = table.key``.
+
+    The key is unique in the table, so each private row matches at most one public
+    row: every measure keeps its sensitivity. ``inner``: rows without a match are
+    dropped (a row-level filter); otherwise they keep NULL public columns. Public
+    columns are named ``<table>.<column>`` in the plan; ``keys`` holds those the
+    query groups by, their values read from the public table.
+    """
+
+    table: str
+    key: str
+    on: str
+    inner: bool
+    columns: tuple[str, ...]
+    keys: tuple[Column, ...] = ()
+
+    def signature(self) -> list[Any]:
+        """What identifies the join, the public key sets included (for the normalized plan)."""
+        return [self.table, self.key, self.on, self.inner,
+                [[c.name, list(c.values or ()), c.nullable] for c in self.keys]]
+
+
+@dataclass(frozen=True)
 class QueryPlan:
     """A validated DP query over one dataset."""
 
@@ -158,6 +182,15 @@ class QueryPlan:
     limit: int | None = None
     offset: int | None = None
     options: Mapping[str, str] | None = None
+    join: Join | None = None
+
+    def column(self, name: str) -> Column:
+        """A column of the dataset, or a public column of the join (``<table>.<column>``)."""
+        if self.join is not None:
+            for col in self.join.keys:
+                if col.name == name:
+                    return col
+        return self.dataset.column(name)
 
     @property
     def cells(self) -> int:
@@ -195,6 +228,7 @@ class QueryPlan:
             "keys": [k.signature() for k in self.keys],
             "measures": [m.signature() for m in self.measures],
             "where": canonical_sql(self.where) if self.where is not None else None,
+            **({"join": self.join.signature()} if self.join is not None else {}),
         }, sort_keys=True, default=str)
 
 

@@ -190,14 +190,39 @@ def total_numeric(sql_type: str) -> bool:
     return sql_type.upper() in _TOTAL_NUMERIC
 
 
+@dataclass(frozen=True)
+class PublicScope:
+    """The columns of a joined public table, named ``<table>.<column>`` in row expressions."""
+
+    table: str
+    qualifiers: frozenset[str]
+    columns: tuple[str, ...]
+
+    def find(self, name: str) -> Column | None:
+        """The public column ``name`` (any case) as a categorical column, or None."""
+        for column in self.columns:
+            if column.lower() == name.lower():
+                return Column(f"{self.table}.{column}", "categorical", nullable=True)
+        return None
+
+    def holds(self, col: Column) -> bool:
+        """Whether ``col`` is one of this table's columns."""
+        return col.name.startswith(f"{self.table}.")
+
+
 @dataclass
 class RowScope:
-    """Names a row expression may use: the dataset's visible columns under its table names."""
+    """Names a row expression may use: the dataset's visible columns under its table names.
+
+    With a join, also the public table's columns (their types are in ``types``
+    under ``<table>.<column>``).
+    """
 
     source: str
     dataset: Dataset
     types: Mapping[str, str]
     qualifiers: frozenset[str]
+    public: PublicScope | None = None
 
     def column(self, node: exp.Column) -> Column:
         """Resolve a column reference; hidden and unknown columns are rejected."""
@@ -205,12 +230,28 @@ class RowScope:
             raise reject(self.source, f"unknown column {node.sql()}", node, construct="column",
                          advice=f"refer to columns of {self.dataset.name} by name")
         table = node.table
+        public = self.public
+        if public is not None and table and table.lower() in public.qualifiers:
+            found = public.find(node.name)
+            if found is None:
+                raise reject(self.source, f"unknown column {node.name!r} in public table "
+                             f"{public.table}", node, construct="column",
+                             advice="columns: " + ", ".join(public.columns))
+            return found
         if table and table.lower() not in self.qualifiers:
             raise reject(self.source, f"unknown table {table!r} in {node.sql()}", node,
-                         construct="column", advice=f"the query reads only {self.dataset.name}")
+                         construct="column", advice=f"the query reads only {self.dataset.name}"
+                         + (f" and {public.table}" if public is not None else ""))
         name = node.name
         columns = {c.lower(): c for c in self.dataset.columns}
         col = self.dataset.columns.get(columns.get(name.lower(), name))
+        if public is not None and not table and public.find(name) is not None:
+            if col is not None:
+                raise reject(self.source, f"column {name!r} is in both {self.dataset.name} "
+                             f"and {public.table}", node, construct="ambiguous column",
+                             advice=f"qualify it: {public.table}.{name} or "
+                             f"{self.dataset.name}.{name} (or the tables' aliases)")
+            return public.find(name)  # type: ignore[return-value]
         if col is None or col.name not in self.types:
             visible = [c.name for c in self.dataset.visible_columns]
             raise reject(self.source, f"unknown column {name!r} in {self.dataset.name}"
@@ -225,6 +266,20 @@ class RowScope:
     def type_of(self, col: Column) -> Type:
         """The predicate type class of a resolved column."""
         return sql_type(self.types[col.name])
+
+    def measured(self, node: exp.Column) -> Column:
+        """A column an aggregate may measure: a dataset column, never a public one.
+
+        A public column's values are no private data, but a sum of them weighs each
+        private row by a value from another table, whose bounds the policy never states.
+        """
+        col = self.column(node)
+        if self.public is not None and self.public.holds(col):
+            raise reject(self.source, f"aggregating public column {col.name} is not supported",
+                         node, construct="aggregate of a public column",
+                         advice=f"aggregate columns of {self.dataset.name}; group by or filter "
+                         f"on {self.public.table}'s columns")
+        return col
 
 
 class RowChecker:

@@ -37,9 +37,10 @@ from dpsql.domain import Attribute, clamp_sql, quote, sql_literal
 from dpsql.noise import FixedPoint
 from dpsql.policy import Column
 from dpsql.privacy import Kind, PrivacyCost
+from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
-from dpsql.query.model import GroupKey, Measure, QueryPlan
+from dpsql.query.model import GroupKey, Join, Measure, QueryPlan
 from dpsql.query.predicates import total_numeric
 from dpsql.query.quantile import Grid, MeasureNoise, histograms, quantile_noise
 from dpsql.source import bounded_sql
@@ -139,7 +140,7 @@ def clamped_columns(plan: QueryPlan) -> set[str]:
     """The columns whose values the generated SQL clamps (sums and numeric keys)."""
     columns = {m.column for m in plan.measures if m.kind not in COUNTED and m.column}
     columns |= {k.column for k in plan.keys if k.mode in ("value", "width")
-                and plan.dataset.column(k.column).type != "categorical"}
+                and plan.column(k.column).type != "categorical"}
     return columns
 
 
@@ -237,10 +238,33 @@ def _squares_units(col: Column, exponent: int, value: str, ctx: Context) -> str:
 
 
 def bound_contributions(select: exp.Select, plan: QueryPlan, ctx: Context) -> exp.Select:
-    """Read from the bounded source: at most ``max_rows`` rows per privacy unit."""
-    source = _sql(f"SELECT * FROM {bounded_sql(plan.dataset, ctx.secret, ctx.types)}")
+    """Read from the bounded source: at most ``max_rows`` rows per privacy unit.
+
+    A join to a public table comes after the bounding, so it bounds private rows,
+    and each bounded row meets at most one public row (:func:`join_sql`).
+    """
+    source = _sql(f"SELECT * FROM {bounded_sql(plan.dataset, ctx.secret, ctx.types)}"
+                  + (join_sql(plan.join) if plan.join is not None else ""))
     assert isinstance(source, exp.Select)
-    return select.copy().from_(source.args["from_"].this, copy=False)
+    out = select.copy().from_(source.args["from_"].this, copy=False)
+    if source.args.get("joins"):
+        out.set("joins", source.args["joins"])
+    return out
+
+
+def join_sql(join: Join) -> str:
+    """`` [LEFT] JOIN`` the public table, its columns renamed ``<table>.<column>``.
+
+    Rows whose key occurs more than once are left out, so a row matches at most
+    one public row by construction, whatever the table holds now (applying the
+    policy refuses such a table; this is the second layer).
+    """
+    renamed = ", ".join(f"{quote(c)} AS {quote(f'{join.table}.{c}')}" for c in join.columns)
+    key = quote(join.key)
+    public = (f"(SELECT {renamed} FROM {PUBLIC_SCHEMA}.{quote(join.table)} "
+              f"QUALIFY count(*) OVER (PARTITION BY {key}) = 1) AS _pub")
+    return (f" {'' if join.inner else 'LEFT '}JOIN {public} ON _src.{quote(join.on)} = "
+            f"_pub.{quote(f'{join.table}.{join.key}')}")
 
 
 def filter_rows(select: exp.Select, plan: QueryPlan, ctx: Context) -> exp.Select:
@@ -284,7 +308,7 @@ def encode_keys(select: exp.Select, plan: QueryPlan, ctx: Context) -> exp.Select
     """One column per key (``_k{i}``) and GROUP BY them."""
     out = select.copy()
     for i, key in enumerate(plan.keys):
-        col = plan.dataset.column(key.column)
+        col = plan.column(key.column)
         out = out.select(exp.alias_(_sql(key_sql(key, col, ctx)), f"_k{i}"), copy=False)
     if plan.keys:
         out = out.group_by(*[exp.column(f"_k{i}") for i in range(len(plan.keys))], copy=False)
@@ -431,7 +455,7 @@ def expand_public_keys(plan: QueryPlan, sparse: pa.Table) -> list[Any]:
     index = np.zeros(sparse.num_rows, dtype=np.int64)
     keep = np.ones(sparse.num_rows, dtype=bool)
     for i, key in enumerate(plan.keys):
-        codes = _codes(key, plan.dataset.column(key.column), sparse.column(f"_k{i}"))
+        codes = _codes(key, plan.column(key.column), sparse.column(f"_k{i}"))
         keep &= codes >= 0
         index = index * key.size + np.where(codes >= 0, codes, 0)
     out: list[Any] = []

@@ -22,6 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 ACS_POLICY = ROOT / "policies" / "acs.yaml"
 # A 3,000-row sample of the ACS excerpt ships with the tests (tests/data/README.md).
 ACS_DATA = ROOT / "tests" / "data" / "acs_sample.csv"
+# A public lookup table keyed by Adult's education_num (code 15 left out; tests/data/README.md).
+EDUCATION_LEVELS = ROOT / "tests" / "data" / "education_levels.csv"
+EDUCATION_TABLE = {"edu": {"path": str(EDUCATION_LEVELS), "key": "education_num"}}
 
 
 class SeededEntropy:
@@ -187,6 +190,7 @@ def both_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     adult["datasets"].update(acs["datasets"])
     for name, user in adult["users"].items():
         user["budgets"].update(acs["users"].get(name, {}).get("budgets", {}))
+    adult["public_tables"] = EDUCATION_TABLE
     return _init(tmp_path_factory.mktemp("both"), "both", yaml.safe_dump(adult),
                  {"adult": ADULT_SAMPLE, "acs": ACS_DATA}, na="N")
 
