@@ -1,11 +1,12 @@
-"""The isolated database that answers free queries: released tables and nothing else.
+"""The isolated database that answers free queries: released and public tables, nothing else.
 
 Queries over ``released.*`` tables, and queries that read no table at all, are
 post-processing of DP output and cost nothing. They never run on the store's
 connection. They run on a separate DuckDB instance, a read-only file in a
-private temporary folder. It holds copies of the released tables and the
-public ``udfs`` macros. It has no sensitive table, no ``dpsql.*`` table, no
-secret and no credential. Whatever DuckDB function an analyst reaches there,
+private temporary folder. It holds copies of the released tables, the
+policy's public tables (``public_tables.<name>``) and the public ``udfs``
+macros. It has no sensitive table, no ``dpsql.*`` table, no secret and no
+credential. Whatever DuckDB function an analyst reaches there,
 today's or a future one, there is no private data for it to read. The
 validation in :mod:`dpsql.query.released` stays as a second layer.
 
@@ -32,6 +33,8 @@ from pathlib import Path
 import duckdb
 
 from dpsql.domain import quote
+from dpsql.public import SCHEMA as PUBLIC_SCHEMA
+from dpsql.query.released import free_name
 from dpsql.store import HARDENED_CONFIG, Store, install_udfs
 
 SCHEMA = "released"
@@ -52,12 +55,16 @@ def _quarter_of_memory() -> str:
 FREE_CONFIG = {**HARDENED_CONFIG, "python_enable_replacements": False,
                "memory_limit": _quarter_of_memory(), "max_temp_directory_size": "4GB"}
 
+#: Schemas copied: released tables, and the policy's public tables (:mod:`dpsql.public`).
+SCHEMAS = (SCHEMA, PUBLIC_SCHEMA)
 _SIGNATURE = (
-    "SELECT t.table_name, t.column_count, t.estimated_size, r.release_id, md5(r.record) "
-    "FROM duckdb_tables() t LEFT JOIN dpsql.releases r "
-    "ON r.name = t.table_name AND r.superseded_by IS NULL "
-    "WHERE t.database_name = current_database() AND t.schema_name = 'released' "
-    "ORDER BY t.table_name")
+    "SELECT t.schema_name, t.table_name, t.table_oid, t.column_count, t.estimated_size, "
+    "r.release_id, md5(r.record) "
+    "FROM duckdb_tables() t LEFT JOIN dpsql.releases r ON t.schema_name = 'released' "
+    "AND r.name = t.table_name AND r.superseded_by IS NULL "
+    "WHERE t.database_name = current_database() "
+    f"AND t.schema_name IN ('{SCHEMA}', '{PUBLIC_SCHEMA}') "
+    "ORDER BY t.schema_name, t.table_name")
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,7 @@ class FreeDatabase:
 
     @contextmanager
     def cursor(self, store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, frozenset[str]]]:
-        """A cursor on the copy matching ``store`` now, and the released names it holds."""
+        """A cursor on the copy matching ``store`` now, and the table names it holds (free_name)."""
         copy = self._current(store)
         cursor = copy.connection.cursor()
         try:
@@ -107,23 +114,25 @@ class FreeDatabase:
         """
         self._builds += 1
         path = self._folder / f"free-{self._builds}.duckdb"
-        names = [str(row[0]) for row in signature]
+        tables = [(str(row[0]), str(row[1])) for row in signature]
         writer = duckdb.connect(str(path), config=dict(FREE_CONFIG))
         try:
-            writer.execute(f"CREATE SCHEMA {SCHEMA}")
+            for schema in SCHEMAS:
+                writer.execute(f"CREATE SCHEMA {schema}")
             install_udfs(writer)
-            for name in names:
-                data = source.sql(f"SELECT * FROM {SCHEMA}.{quote(name)}").to_arrow_table()
+            for schema, name in tables:
+                table = f"{schema}.{quote(name)}"
+                data = source.sql(f"SELECT * FROM {table}").to_arrow_table()
                 writer.register("_dpsql_copy", data)
-                writer.execute(f"CREATE TABLE {SCHEMA}.{quote(name)} AS "
-                               "SELECT * FROM _dpsql_copy")
+                writer.execute(f"CREATE TABLE {table} AS SELECT * FROM _dpsql_copy")
                 writer.unregister("_dpsql_copy")
         finally:
             writer.close()
         connection = duckdb.connect(str(path), read_only=True, config=dict(FREE_CONFIG))
         if self._copy is not None:
             self._forget(self._copy)
-        return _Copy(signature, connection, frozenset(n.lower() for n in names))
+        return _Copy(signature, connection, frozenset(free_name(schema, name)
+                                                      for schema, name in tables))
 
     def _forget(self, copy: _Copy) -> None:
         with contextlib.suppress(duckdb.Error):

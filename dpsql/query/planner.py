@@ -23,7 +23,6 @@ from sqlglot import exp
 
 from dpsql.errors import QueryRejected
 from dpsql.policy import Column, Dataset, Policy, PublicTable, did_you_mean
-from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.aggregates import Aggregates
 from dpsql.query.dialect import DPOptions, describe, keyword_start, nested_too_deeply, reject
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
@@ -322,9 +321,7 @@ class _Planner:
             raise reject(self.text, "column aliases on the table are not allowed", alias,
                          construct="table alias", advice="alias columns in the SELECT list")
         name = table.name.lower()
-        if table.db and table.db.lower() == PUBLIC_SCHEMA:
-            found = [t for t in self.policy.public_tables.values() if t.name.lower() == name]
-        elif table.db and table.db.lower() != "main":
+        if table.db and table.db.lower() != "main":  # public_tables.<name> takes the free path
             found = []
         else:
             found = [t for t in self.policy.public_tables.values() if t.name.lower() == name]

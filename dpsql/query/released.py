@@ -1,5 +1,7 @@
 """Read-only SQL over released synthetic tables (``released.<name>``): free of charge.
 
+The policy's public tables (``public_tables.<name>``) are read the same way.
+
 Released tables are already differentially private, so any read-only query on
 them is post-processing: joins, subqueries, CTEs and window functions are all
 fine. What is checked is that the query reads nothing else: one SELECT (or set
@@ -17,9 +19,11 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import traverse_scope
 
 from dpsql.policy import did_you_mean
+from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.dialect import DPOptions, describe, reject
 
 SCHEMA = "released"
+SCHEMAS = (SCHEMA, PUBLIC_SCHEMA)
 _DENIED = re.compile(
     r"^(read_\w*|glob|getenv|current_setting|query|query_table|duckdb_\w*|pragma_\w*|"
     r"sniff_\w*|parquet_\w*|iceberg_\w*|delta_\w*|sql_auto_complete|which_secret|"
@@ -35,9 +39,17 @@ _WRITES = (exp.DML, exp.DDL, exp.Command, exp.Into, exp.Set, exp.Pragma, exp.Use
            exp.Copy, exp.Describe, exp.Summarize)
 
 
+def free_name(schema: str, name: str) -> str:
+    """A free table's name in the free database's list: bare if released, else qualified."""
+    return name.lower() if schema.lower() == SCHEMA else f"{schema}.{name}".lower()
+
+
 def reads_released(ast: exp.Expr) -> bool:
-    """Whether the query names any ``released.<table>`` (it then takes this path)."""
-    return any((t.db or "").lower() == SCHEMA for t in ast.find_all(exp.Table))
+    """Whether the query names any ``released.<table>`` or ``public_tables.<table>``.
+
+    It then takes this path; a DP query joins a public table by its bare name.
+    """
+    return any((t.db or "").lower() in SCHEMAS for t in ast.find_all(exp.Table))
 
 
 def check_released(ast: exp.Expr, text: str, existing: set[str]) -> list[str]:
@@ -89,18 +101,23 @@ def _tables(ast: exp.Expr, text: str, existing: set[str]) -> list[str]:
                              advice="read released.<table>; table functions are not allowed")
             if not table.db and not table.args.get("catalog") and table.name in scope.cte_sources:
                 continue
-            if table.args.get("catalog") or (table.db or "").lower() != SCHEMA:
+            if table.args.get("catalog") or (table.db or "").lower() not in SCHEMAS:
                 raise reject(text, f"{table.sql()} is not a released table", table,
                              construct="table", advice="a query may read released.<table> "
-                             "tables together, or ask a DP question of one dataset alone")
+                             "and public_tables.<table> tables together, or ask a DP question "
+                             "of one dataset alone (joined to a public table by its bare name: "
+                             "JOIN edu, not JOIN public_tables.edu)")
             found.append(table)
     for table in ast.find_all(exp.Table):
         if id(table) not in seen:
             raise reject(text, f"{table.sql()} cannot be read here", table, construct="table",
                          advice="read released.<table> in FROM or JOIN")
     for table in found:
-        if table.name.lower() not in existing:
+        if table.db.lower() == PUBLIC_SCHEMA and free_name(table.db, table.name) not in existing:
+            raise reject(text, f"no public table {table.name!r}", table, construct="table",
+                         advice="the policy's public_tables: section lists them")
+        if free_name(table.db, table.name) not in existing:
             raise reject(text, f"no released table {table.name!r}"
                          f"{did_you_mean(table.name.lower(), sorted(existing))}", table,
                          construct="table", advice="SHOW dpsql.released lists them")
-    return sorted({t.name.lower() for t in found})
+    return sorted({free_name(t.db, t.name) for t in found})

@@ -190,8 +190,7 @@ def both_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     adult["datasets"].update(acs["datasets"])
     for name, user in adult["users"].items():
         user["budgets"].update(acs["users"].get(name, {}).get("budgets", {}))
-    adult["public_tables"] = EDUCATION_TABLE
-    return _init(tmp_path_factory.mktemp("both"), "both", yaml.safe_dump(adult),
+    return _init(tmp_path_factory.mktemp("both"), "both", with_public_table(yaml.safe_dump(adult)),
                  {"adult": ADULT_SAMPLE, "acs": ACS_DATA}, na="N")
 
 
@@ -202,8 +201,19 @@ def plain(session: Session, sql: str) -> list[tuple[Any, ...]]:
         data = session.store.cursor().sql(f'SELECT * FROM main."{ds.table}"').to_arrow_table()
         con.register(f"_{ds.table}", data)
         con.execute(f'CREATE TABLE "{ds.table}" AS SELECT * FROM "_{ds.table}"')
+    for name in session.policy.public_tables:  # public tables under their own names
+        data = session.store.cursor().sql(f'SELECT * FROM public_tables."{name}"').to_arrow_table()
+        con.register(f"_{name}", data)
+        con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM "_{name}"')
     con.execute("CREATE MACRO dp_bin(x, width) AS width * floor(x / width)")
     return con.execute(sql).fetchall()
+
+
+def with_public_table(text: str) -> str:
+    """A policy's YAML with the public table ``edu`` (:data:`EDUCATION_TABLE`) added."""
+    raw = yaml.safe_load(text)
+    raw["public_tables"] = EDUCATION_TABLE
+    return yaml.safe_dump(raw, sort_keys=False)
 
 
 def charges(session: Session) -> int:

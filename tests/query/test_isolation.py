@@ -48,7 +48,7 @@ def test_the_isolated_database_holds_released_tables_and_macros_only(released: S
         == [(0,)]
     schemas = {r[0] for r in free_rows(released, "SELECT schema_name FROM duckdb_schemas() "
                                                  "WHERE NOT internal")}
-    assert schemas <= {"main", "released", "udfs"}
+    assert schemas <= {"main", "released", "public_tables", "udfs"}
     assert "dpsql" not in schemas
     databases = free_rows(released, "SELECT path FROM duckdb_databases() WHERE NOT internal")
     assert len(databases) == 1
