@@ -18,6 +18,7 @@ import dpsql
 from dpsql.policy import Policy
 from dpsql.session import Session
 from dpsql.source import bounded_sql
+from dpsql.store import Store
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import (
     INFINITE,
@@ -147,3 +148,20 @@ def test_public_tables_are_free_to_read(joined: Session) -> None:
     assert answer.cost.units == 0
     assert answer.table.to_pylist() == [{"level": "high", "n": 2}, {"level": "low", "n": 9},
                                         {"level": "mid", "n": 4}]
+
+
+def test_a_key_duplicated_after_the_policy_check_matches_no_row(build: Callable[..., Path]
+                                                                 ) -> None:
+    """Second layer: should the store's copy gain a duplicate key, rows never fan out."""
+    text = with_public_table(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    path = build(text)
+    with Store.open(path) as store, store.transaction() as cur:
+        cur.execute("INSERT INTO public_tables.edu VALUES (0, 'low', 5)")
+    with dpsql.connect(path, "alice") as session:
+        left = session.sql(f"SELECT COUNT(*) FROM {LEFT}").table.column(0)[0].as_py()
+        inner = session.sql(f"SELECT COUNT(*) FROM {JOIN}").table.column(0)[0].as_py()
+        total, zeros, fifteens = plain(session, "SELECT COUNT(*), COUNT(*) FILTER "
+                                       "(WHERE education_num = 0), COUNT(*) FILTER "
+                                       "(WHERE education_num = 15) FROM adult")[0]
+    assert left == total
+    assert inner == total - zeros - fifteens
