@@ -24,9 +24,9 @@ def plannings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = answer_module.plan_query
 
-    def plan_query(ast, text, policy, types_of):  # type: ignore[no-untyped-def]
+    def plan_query(ast, text, policy, types_of, catalog=None):  # type: ignore[no-untyped-def]
         seen.append(text)
-        return real(ast, text, policy, types_of)
+        return real(ast, text, policy, types_of, catalog)
 
     monkeypatch.setattr(answer_module, "plan_query", plan_query)
     return seen
