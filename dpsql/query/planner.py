@@ -4,7 +4,8 @@ Accepted: ``COUNT(*)``, ``COUNT(col)``, ``COUNT(DISTINCT col)``, ``SUM(col)``,
 ``AVG(col)``, the variances and standard deviations, the quantiles (``MEDIAN``,
 ``PERCENTILE_CONT``, ``QUANTILE_CONT``, ``MIN``, ``MAX``)
 (:mod:`dpsql.query.aggregates`; optionally with ``FILTER (WHERE ...)``) and
-arithmetic on them; GROUP BY public keys (:mod:`dpsql.query.keys`); WHERE row
+arithmetic on them; GROUP BY public keys (:mod:`dpsql.query.keys`); a JOIN of
+one public table on its key (:mod:`dpsql.query.joins`); WHERE row
 predicates (:mod:`dpsql.query.predicates`); HAVING, ORDER BY, LIMIT and OFFSET
 as post-processing; GoogleSQL's
 ``WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = ..., delta = ...)``. Everything
@@ -17,25 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Any
 
 from sqlglot import exp
 
 from dpsql.errors import QueryRejected
-from dpsql.policy import Column, Dataset, Policy, PublicTable, did_you_mean
+from dpsql.policy import Column, Dataset, Policy, did_you_mean
 from dpsql.query.aggregates import Aggregates
 from dpsql.query.dialect import DPOptions, describe, keyword_start, nested_too_deeply, reject
+from dpsql.query.joins import PublicCatalog, check_join, public_key
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
 from dpsql.query.model import GroupKey, Join, Measure, Order, Output, QueryPlan
-from dpsql.query.predicates import (
-    PublicScope,
-    RowChecker,
-    RowScope,
-    Type,
-    read_number,
-    sql_type,
-    total_numeric,
-)
+from dpsql.query.predicates import RowChecker, RowScope, Type, read_number
 from dpsql.query.selection import COUNT_ROWS
 
 _SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "order", "limit",
@@ -53,16 +47,6 @@ _CLAUSE_NAMES = {
 DP_OPTIONS = ("epsilon", "delta", "rho")
 #: Nodes that are one aggregate call (``PERCENTILE_CONT(q) WITHIN GROUP (...)`` is a WithinGroup).
 AGGREGATE_NODES = (exp.AggFunc, exp.Filter, exp.WithinGroup)
-
-
-class PublicCatalog(Protocol):
-    """What the planner may read about the policy's public tables (public data only)."""
-
-    def types(self, table: str) -> Mapping[str, str]:
-        """Column -> DuckDB type of public table ``table``."""
-
-    def values(self, table: str, column: str) -> tuple[Any, ...]:
-        """The distinct non-NULL values of a public column, sorted."""
 
 
 def is_dp_bin(node: exp.Expr) -> exp.Anonymous | None:
@@ -162,7 +146,8 @@ class _Planner:
             dataset=self.dataset, keys=tuple(self.keys), measures=measures,
             aggregates=tuple(self.aggs.aggregates), where=predicate,
             outputs=tuple(o for o, _ in outputs), having=having_expr, order=tuple(order),
-            limit=limit, offset=offset, options=options, join=self._joined())
+            limit=limit, offset=offset, options=options,
+            join=replace(self.join, keys=tuple(self.public_keys.values())) if self.join else None)
 
     # -- structure ----------------------------------------------------------------------
     def _root(self, ast: exp.Expr) -> exp.Select:
@@ -254,137 +239,12 @@ class _Planner:
         types = self.types_of(dataset)
         self.scope = RowScope(self.text, dataset, types, frozenset(qualifiers))
         if select.args.get("joins"):
-            self._join(select)
+            self.scope, self.join = check_join(self.text, self.policy, self.scope,
+                                               select.args["joins"], self.catalog)
         self.rows = RowChecker(self.scope)
         self.aggs = Aggregates(self.text, self.scope, self.rows)
         self.column_names = {c.lower() for c in dataset.columns}
         return dataset
-
-    # -- JOIN of a public table --------------------------------------------------------------
-    def _join(self, select: exp.Select) -> None:
-        """Check the join of a public table on its key; widen the scope with its columns.
-
-        Accepted: one ``[INNER | LEFT [OUTER]] JOIN table ON dataset.col = table.key``,
-        on a dataset in the store. Refused before any charge, from the policy and the
-        public table only.
-        """
-        joins = select.args["joins"]
-        dataset = self.scope.dataset
-        advice = "write FROM dataset [LEFT] JOIN public_table ON dataset.column = public_table.key"
-        if len(joins) > 1:
-            raise reject(self.text, "a DP query may join one public table", joins[1],
-                         construct="JOIN", advice=advice)
-        join = joins[0]
-        if dataset.engine is not None:
-            raise reject(self.text, f"joins run on datasets in the store; {dataset.name} is on "
-                         f"{dataset.engine.product}", join, construct="JOIN",
-                         advice=f"query {dataset.name} without a join")
-        side, kind = (join.side or "").upper(), (join.kind or "").upper()
-        if join.method or side not in ("", "LEFT") or kind not in ("", "INNER", "OUTER") \
-                or (kind == "OUTER" and not side) or join.args.get("using"):
-            name = " ".join(p for p in (join.method, side, kind, "JOIN") if p).upper()
-            name += " USING" if join.args.get("using") else ""
-            raise reject(self.text, f"{name} is not allowed in DP queries", join,
-                         construct=name, advice=advice)
-        public = self._public_table(join.this)
-        on = join.args.get("on")
-        if on is None:
-            raise reject(self.text, f"a join of {public.name} needs ON", join,
-                         construct="JOIN without ON", advice=advice)
-        types = self.catalog.types(public.name) if self.catalog is not None else {}
-        if public.key not in types:
-            raise reject(self.text, f"public table {public.name} is not in the store", join.this,
-                         construct="JOIN", advice="ask an administrator to apply the policy "
-                         "again (dpsql policy apply)")
-        alias = join.this.args.get("alias")
-        qualifiers = frozenset({(alias.name if alias is not None else public.name).lower()})
-        if qualifiers & self.scope.qualifiers:
-            raise reject(self.text, f"the dataset and {public.name} share a name", join.this,
-                         construct="table alias", advice="give them different aliases")
-        scope = PublicScope(public.name, qualifiers, tuple(types))
-        self.scope = RowScope(self.text, dataset, {
-            **self.scope.types, **{f"{public.name}.{c}": t for c, t in types.items()}},
-            self.scope.qualifiers, scope)
-        on_column = self._on(_unparen(on), public.key)
-        self.join = Join(public.name, public.key, on_column, side != "LEFT", tuple(types))
-
-    def _public_table(self, table: exp.Expr) -> PublicTable:
-        """The policy's public table that ``table`` names, or a rejection."""
-        names = list(self.policy.public_tables)
-        if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) \
-                or table.args.get("catalog") or any(table.args.get(a) for a in (
-                    "joins", "laterals", "pivots", "sample", "version", "when", "changes")):
-            raise reject(self.text, f"{describe(table)} is not allowed in JOIN", table,
-                         construct=describe(table), advice="join a public table by name")
-        alias = table.args.get("alias")
-        if alias is not None and alias.args.get("columns"):
-            raise reject(self.text, "column aliases on the table are not allowed", alias,
-                         construct="table alias", advice="alias columns in the SELECT list")
-        name = table.name.lower()
-        if table.db and table.db.lower() != "main":  # public_tables.<name> takes the free path
-            found = []
-        else:
-            found = [t for t in self.policy.public_tables.values() if t.name.lower() == name]
-            if not found and any(name in (d.name.lower(), d.table.lower())
-                                 for d in self.policy.datasets.values()):
-                raise reject(self.text, f"joining two datasets ({self.scope.dataset.name} and "
-                             f"{table.name}) is not allowed", table, construct="JOIN of datasets",
-                             advice="join a dataset to a public table only; query each dataset "
-                             "separately")
-        if not found:
-            raise reject(self.text, f"JOIN {table.sql()}: not a public table"
-                         f"{did_you_mean(table.name, names)}", table, construct="JOIN",
-                         advice=("public tables: " + ", ".join(names)) if names else
-                         "this policy declares no public_tables")
-        return found[0]
-
-    def _on(self, on: exp.Expr, key: str) -> str:
-        """The dataset column of ``dataset.col = table.key``; anything else is refused."""
-        sides = [_unparen(s) for s in (on.this, on.expression)] if isinstance(on, exp.EQ) \
-            else []
-        if len(sides) != 2 or not all(isinstance(s, exp.Column) for s in sides):
-            raise reject(self.text, "a join condition compares a dataset column with the public "
-                         "table's key for equality", on, construct="join condition",
-                         advice="write ON dataset.column = public_table.key")
-        public = self.scope.public
-        assert public is not None
-        cols = [self.scope.column(s) for s in sides]  # type: ignore[arg-type]
-        found = [c for c in cols if public.holds(c)]
-        if len(found) != 1:
-            raise reject(self.text, "a join condition compares a dataset column with the public "
-                         "table's key", on, construct="join condition",
-                         advice="write ON dataset.column = public_table.key")
-        key_name = f"{public.table}.{key}"
-        if found[0].name != key_name:
-            raise reject(self.text, f"{found[0].name} is not the key of {public.table}",
-                         sides[cols.index(found[0])],
-                         construct="join on a non-key column", advice=f"join on {key_name}, "
-                         "whose values are unique (each row then matches at most one public row)")
-        private = cols[1] if cols[0] is found[0] else cols[0]
-        kinds = {self.scope.types[c.name] for c in cols}
-        if len({sql_type(k) for k in kinds}) != 1 or not all(
-                total_numeric(k) or sql_type(k) == "str" for k in kinds):
-            raise reject(self.text, f"{private.name} ({self.scope.types[private.name]}) and "
-                         f"{key_name} ({self.scope.types[key_name]}) cannot be compared", on,
-                         construct="join condition",
-                         advice="join an integer or text column to a key of the same kind")
-        return private.name
-
-    def _public_key(self, col: Column) -> Column:
-        """A public GROUP BY column with its key set: the table's distinct values (public)."""
-        assert self.join is not None
-        if col.name not in self.public_keys:
-            assert self.catalog is not None
-            values = self.catalog.values(self.join.table, col.name.split(".", 1)[1])
-            self.public_keys[col.name] = replace(
-                col, values=tuple(v for v in values if v is not None),
-                nullable=None in values or not self.join.inner)
-        return self.public_keys[col.name]
-
-    def _joined(self) -> Join | None:
-        if self.join is None:
-            return None
-        return replace(self.join, keys=tuple(self.public_keys.values()))
 
     def _options(self, hint: exp.Expr | None) -> dict[str, str]:
         if hint is None:
@@ -508,7 +368,11 @@ class _Planner:
                 raise reject(self.text, f"dp_bin of public column {col.name}", node,
                              construct="dp_bin", advice=f"GROUP BY {col.name} itself: its "
                              "values come from the public table")
-            col = self._public_key(col)
+            assert self.join is not None
+            assert self.catalog is not None
+            if col.name not in self.public_keys:
+                self.public_keys[col.name] = public_key(col, self.join, self.catalog)
+            col = self.public_keys[col.name]
         if signature[0] == "value" and col.open_keys:
             key = GroupKey(col.name, "selected", ())
         elif signature[0] == "value":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -32,6 +31,6 @@ def test_join_and_free_public_table_through_psycopg(served: ServerProcess) -> No
         free = con.execute("SELECT count(*) FROM public_tables.edu").fetchone()
         assert free == (15,)
         with pytest.raises(psycopg.errors.SyntaxErrorOrAccessRuleViolation,
-                           match="aggregating public column edu.years"):
+                           match=r"aggregating public column edu\.years"):
             con.execute("SELECT SUM(e.years) FROM adult a JOIN edu e "
                         "ON a.education_num = e.education_num")
