@@ -16,6 +16,8 @@ import yaml
 
 import dpsql
 from dpsql.policy import Policy
+from dpsql.query.dialect import DIALECT
+from dpsql.query.planner import plan_query
 from dpsql.session import Session
 from dpsql.source import bounded_sql
 from dpsql.store import Store
@@ -165,3 +167,30 @@ def test_a_key_duplicated_after_the_policy_check_matches_no_row(build: Callable[
                                        "(WHERE education_num = 15) FROM adult")[0]
     assert left == total
     assert inner == total - zeros - fifteens
+
+
+class _Catalog:
+    """The public table ``edu`` as the planner would read it (no store needed)."""
+
+    def types(self, table: str) -> dict[str, str]:
+        return {"education_num": "BIGINT", "level": "VARCHAR"}
+
+    def values(self, table: str, column: str) -> tuple[object, ...]:
+        return ("high", "low", "mid")
+
+
+def test_a_dataset_on_another_engine_refuses_joins_before_the_charge() -> None:
+    raw = yaml.safe_load(with_public_table(ADULT_POLICY.read_text()))
+    raw["datasets"]["adult"]["engine"] = {"kind": "postgres", "table": "public.adult",
+                                          "dsn_env": "DPSQL_TEST_DSN"}
+    policy = Policy.from_text(yaml.safe_dump(raw))
+    sql = f"SELECT e.level, COUNT(*) FROM {JOIN} GROUP BY 1"
+    types = {c: "BIGINT" for c in policy.dataset("adult").columns}
+    with pytest.raises(dpsql.QueryRejected, match="joins run on datasets in the store; adult "
+                       "is on PostgreSQL"):
+        plan_query(DIALECT.parse(sql)[0], sql, policy, lambda _: types, _Catalog())
+    raw["datasets"]["adult"].pop("engine")
+    local = Policy.from_text(yaml.safe_dump(raw))
+    plan = plan_query(DIALECT.parse(sql)[0], sql, local, lambda _: types, _Catalog())
+    assert plan.join is not None
+    assert plan.keys[0].values == ("high", "low", "mid")
