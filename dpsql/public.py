@@ -44,8 +44,12 @@ def load_public_tables(cur: duckdb.DuckDBPyConnection, policy: Policy) -> list[s
 def _copy(cur: duckdb.DuckDBPyConnection, table: PublicTable, policy: Policy) -> int:
     target = f"{SCHEMA}.{quote(check_identifier(table.name, 'public table'))}"
     if table.table is not None:
-        cur.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM "
-                    f"main.{quote(check_identifier(table.table, 'table'))}")
+        try:
+            cur.execute(f"CREATE OR REPLACE TABLE {target} AS SELECT * FROM "
+                        f"main.{quote(check_identifier(table.table, 'table'))}")
+        except duckdb.CatalogException:
+            raise PolicyError(f"{policy.source}: public_tables.{table.name}.table: the store "
+                              f"has no table {table.table!r}; import it first") from None
     else:
         assert table.path is not None
         with open_file(_resolve(table.path, policy.source)) as rel:

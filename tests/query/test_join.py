@@ -136,6 +136,12 @@ def test_policy_refuses_a_public_table_without_a_unique_key(
         dpsql.init(tmp_path / "s.duckdb", policy, {"adult": ADULT_SAMPLE})
 
 
+def test_policy_refuses_a_missing_store_table(tmp_path: Path) -> None:
+    policy = _policy(tmp_path, {"table": "nowhere", "key": "k"}, "")
+    with pytest.raises(dpsql.PolicyError, match="the store has no table 'nowhere'"):
+        dpsql.init(tmp_path / "s.duckdb", policy, {"adult": ADULT_SAMPLE})
+
+
 def test_policy_refuses_a_dataset_table_as_public(tmp_path: Path) -> None:
     policy = _policy(tmp_path, {"table": "adult", "key": "age"}, "")
     with pytest.raises(dpsql.PolicyError, match="holds dataset 'adult', which is sensitive"):
