@@ -15,7 +15,9 @@ say why; representations that are not rows (range) are skipped. New
 synthesizers appear here by registering (``aim`` and ``mst`` need the synth
 extra). With --reference-mst, the MST script of benchmarks/_mst_baseline.py
 (private-pgm's estimation, numpy noise: a reference, not a release) runs on
-the same codes and rho, and its workload error and time are printed below.
+the same codes and rho, and its workload error and time are printed below; with
+--reference-snsynth aim,mst, smartnoise-synth's AIM and MST (pip, in
+/work/venvs/smartnoise: benchmarks/_snsynth_runner.py) at the same epsilon and delta.
 
     python benchmarks/synth_quality.py                  # everything (slow synthesizers too)
     python benchmarks/synth_quality.py --synth independent,joint --seeds 2
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -54,6 +57,7 @@ from dpsql.source import bounded_relation, bounded_sql
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = shared_data("acs").parent
 DELTA = 1e-6
+SNSYNTH = Path("/work/venvs/smartnoise/bin/python")  # smartnoise-synth 1.0.8, its own venv
 
 
 
@@ -121,6 +125,8 @@ def main() -> None:
                         help="a synthesizer option, e.g. napsu_mq.inference=laplace (repeatable)")
     parser.add_argument("--reference-mst", action="store_true",
                         help="also run benchmarks/_mst_baseline.py (needs mbi)")
+    parser.add_argument("--reference-snsynth", default="", metavar="aim,mst",
+                        help=f"also run smartnoise-synth's AIM and/or MST (from {SNSYNTH})")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     names = args.synth.split(",") if args.synth else synth.available()
@@ -165,6 +171,10 @@ def main() -> None:
                 if args.reference_mst:
                     references += [reference_mst(Path(tmp), dataset, true, domain, e, args.seeds)
                                    for e in epsilons]
+                references += [reference_snsynth(Path(tmp), dataset, true, domain, name, e,
+                                                 args.seeds)
+                               for name in filter(None, args.reference_snsynth.split(","))
+                               for e in epsilons]
     print_table(rows, args.json)
     for line in references:
         print(line)
@@ -179,23 +189,46 @@ def main() -> None:
 def reference_mst(tmp: Path, dataset: str, true: np.ndarray, domain: Domain, epsilon: float,
                   seeds: int) -> str:
     """Run benchmarks/_mst_baseline.py on the same codes and rho; one summary line."""
+    codes, sizes = _write_codes(tmp, dataset, true, domain)
+    rho = float(budget_cost("zcdp", epsilon=epsilon, delta=DELTA).value)
+    script = Path(__file__).resolve().parent / "_mst_baseline.py"
+    return _reference(f"reference MST (_mst_baseline.py, mbi) {dataset} eps={epsilon:g}",
+                      [[sys.executable, str(script), str(codes), str(sizes), repr(rho), str(seed)]
+                       for seed in range(seeds)])
+
+
+def reference_snsynth(tmp: Path, dataset: str, true: np.ndarray, domain: Domain, name: str,
+                      epsilon: float, seeds: int) -> str:
+    """Run smartnoise-synth's ``name`` (aim or mst) at the same (epsilon, delta); one line."""
+    codes, sizes = _write_codes(tmp, dataset, true, domain)
+    script = Path(__file__).resolve().parent / "_snsynth_runner.py"
+    return _reference(f"smartnoise-synth {name.upper()} {dataset} eps={epsilon:g}",
+                      [[str(SNSYNTH), str(script), str(codes), str(sizes), name, repr(epsilon),
+                        repr(DELTA), str(seed)] for seed in range(seeds)])
+
+
+def _write_codes(tmp: Path, dataset: str, true: np.ndarray, domain: Domain) -> tuple[Path, Path]:
+    """The true codes as CSV and the domain's sizes as JSON, for a reference script."""
     codes, sizes = tmp / f"{dataset}_codes.csv", tmp / f"{dataset}_domain.json"
     np.savetxt(codes, true, fmt="%d", delimiter=",", header=",".join(domain.names),
                comments="")
     sizes.write_text(json.dumps(dict(zip(domain.names, domain.shape, strict=True))))
-    rho = float(budget_cost("zcdp", epsilon=epsilon, delta=DELTA).value)
-    script = Path(__file__).resolve().parent / "_mst_baseline.py"
+    return codes, sizes
+
+
+def _reference(label: str, commands: list[list[str]]) -> str:
+    """Run one reference command per seed; mean workload error and median time."""
     results = []
-    for seed in range(seeds):
-        out = subprocess.run([sys.executable, str(script), str(codes), str(sizes), repr(rho),
-                              str(seed)], capture_output=True, text=True, timeout=1800)
+    for command in commands:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=7200,
+                             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
         if out.returncode != 0:
-            return f"reference MST {dataset} eps={epsilon:g}: failed: {out.stderr[-300:]}"
+            return f"{label}: failed: {out.stderr[-300:]}"
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     errors = [r["workload_error"] for r in results]
-    return (f"reference MST (_mst_baseline.py, mbi) {dataset} eps={epsilon:g}: workload error "
-            f"{statistics.fmean(errors):.4f} (sd {statistics.pstdev(errors):.4f}), median "
-            f"{statistics.median(r['seconds'] for r in results):.1f} s")
+    return (f"{label}: workload error {statistics.fmean(errors):.4f} "
+            f"(sd {statistics.pstdev(errors):.4f}), median "
+            f"{statistics.median(r['seconds'] for r in results):.1f} s, {len(results)} seeds")
 
 
 def readme_line(rows: list[dict[str, Any]], dataset: str, epsilon: str) -> None:
