@@ -5,7 +5,7 @@
    arithmetic, the synthesizer's own public ``check``; a refusal is audited
    and costs nothing), then the ledger charges the budget (DP synthesizers
    only) and commits. :meth:`Charged.export` then streams the bounded source from
-   the dataset's engine (the store, or PostgreSQL) to a private folder (Arrow IPC).
+   the dataset's engine (the store, PostgreSQL or Spark) to a private folder (Arrow IPC).
 2. :func:`synthesize`, in a worker process (see :mod:`dpsql.jobs`): fit on that
    source, sample, decode; the results go back to the folder as Arrow IPC and JSON.
 3. :meth:`Charged.write`, in the owner: one DuckDB transaction checks and writes
@@ -233,9 +233,6 @@ def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
     if seed is not None and (not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ConfigurationError(f"seed must be a non-negative integer, got {seed!r}")
     ds = policy.dataset(dataset_name)
-    if ds.engine is not None and ds.engine.kind == "spark":
-        raise ReleaseError(f"dataset {ds.name!r} lives in Spark, and releases read the store "
-                           "or PostgreSQL only for now (docs/engines.md); nothing was charged")
     types = _source_types(store, ds)
     synth = synth_base.get(synth_name, **options)
     if synth_name not in ds.synthesizers:

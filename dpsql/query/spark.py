@@ -16,7 +16,9 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from collections.abc import Iterator
+import sys
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
 
@@ -47,6 +49,8 @@ _TYPES = {
 def session(spec: EngineSpec) -> SparkSession:
     """The process's SparkSession, started on the spec's master if none runs yet."""
     master = spec.master or os.environ.get("SPARK_MASTER") or DEFAULT_MASTER
+    if master.startswith("local"):  # the Python workers run here: this one, with its pyarrow
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
         return (SparkSession.builder.master(master).appName("dpsql")
                 .config("spark.ui.enabled", "false")
@@ -163,13 +167,22 @@ class SparkEngine:
                ) -> Iterator[pa.RecordBatch]:
         """``query``'s rows as Arrow batches of at most ``size`` rows, a partition at a time.
 
-        ``toLocalIterator`` brings one partition to the driver at a time, so memory
-        here grows with the largest partition, never with the table.
+        The executors write each partition as Arrow IPC chunks of ``size`` rows
+        (``mapInArrow``); ``toLocalIterator`` brings one partition's chunks to the
+        driver at a time, so memory here grows with the largest partition, never
+        with the table, and no row becomes a Python object.
         """
-        with self.querying() as spark:
-            rows = spark.sql(self.render(query)).toLocalIterator()
-            while batch := list(itertools.islice(rows, size)):
-                yield pa.RecordBatch.from_pylist([row.asDict() for row in batch], schema)
+        with self._errors(), warnings.catch_warnings():  # analysis only: no job runs
+            # pyspark warns about pandas 3 on any Arrow UDF; this one uses no pandas
+            warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas",
+                                    FutureWarning)
+            frame = self._session().sql(self.render(query)).mapInArrow(
+                _ipc_chunks(size), "chunk binary")
+        with self.querying():
+            for row in frame.toLocalIterator():
+                with pa.ipc.open_stream(pa.py_buffer(row.chunk)) as reader:
+                    for batch in reader:
+                        yield batch.cast(schema)
 
     def column_types(self, table: str) -> dict[str, str]:
         """Column name -> type (DuckDB's name for it) of the engine's table, from its schema.
@@ -188,6 +201,37 @@ class SparkEngine:
     def enforced_bounds(self, table: str) -> dict[str, tuple[Fraction, Fraction]]:
         """Spark keeps no CHECK constraints: none, so every bounded column is clamped."""
         return {}
+
+
+def _ipc_chunks(size: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """What each Spark task runs: its batches regrouped into Arrow IPC chunks of ``size`` rows.
+
+    A closure that uses pyarrow only, so cloudpickle ships it by value: the
+    executors need pyarrow (as any Arrow transfer does) but not dpsql.
+    """
+    def chunks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+
+        def blob(rows: list[pa.RecordBatch]) -> pa.RecordBatch:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, rows[0].schema) as out:
+                out.write_table(pa.Table.from_batches(rows).combine_chunks())  # one batch
+            return pa.RecordBatch.from_pydict({"chunk": [sink.getvalue().to_pybytes()]})
+
+        held: list[pa.RecordBatch] = []
+        count = 0
+        for batch in batches:
+            while batch.num_rows:
+                part = batch.slice(0, size - count)
+                held.append(part)
+                count += part.num_rows
+                batch = batch.slice(part.num_rows)
+                if count == size:
+                    yield blob(held)
+                    held, count = [], 0
+        if held:
+            yield blob(held)
+    return chunks
 
 
 def _duckdb_type(kind: str) -> str:

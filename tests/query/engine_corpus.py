@@ -11,6 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pytest
+
 import dpsql
 from tests.query.test_exact import ACS_CASES, ADULT_CASES, CONSTANT_CASES, ORDERED_CASES
 
@@ -57,3 +60,28 @@ def check_identical(twins: dict[str, tuple[Path, Path]], dataset: str, sql: str)
     """The DuckDB store and the other engine's store (``twins[dataset]``) answer alike."""
     on_duckdb, on_engine = answers(twins[dataset], sql)
     assert on_engine == on_duckdb, sql
+
+
+def record_streams(monkeypatch: pytest.MonkeyPatch, sizes: dict[type, int]
+                   ) -> dict[type, list[pa.RecordBatch]]:
+    """Keep every batch each engine class streams (with its batch size) as it goes by.
+
+    The engines run for real; this only watches what a release exports and that
+    no batch exceeds its size.
+    """
+    exported: dict[type, list[pa.RecordBatch]] = {engine: [] for engine in sizes}
+    for engine, size in sizes.items():
+        def recorded(self: Any, query: Any, schema: Any, _: int = 0,
+                     stream: Any = engine.stream, size: int = size,
+                     seen: list[pa.RecordBatch] = exported[engine]) -> Any:
+            for batch in stream(self, query, schema, size):
+                assert batch.num_rows <= size
+                seen.append(batch)
+                yield batch
+        monkeypatch.setattr(engine, "stream", recorded)
+    return exported
+
+
+def exported_rows(batches: list[pa.RecordBatch]) -> list[dict[str, Any]]:
+    """The rows of ``batches``, in a fixed order (engines stream in their own)."""
+    return sorted(pa.Table.from_batches(batches).to_pylist(), key=repr)

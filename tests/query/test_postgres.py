@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 import pytest
 import sqlglot
 import yaml
@@ -41,7 +40,13 @@ from dpsql.source import bounded_sql
 from tests import pgcluster
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, charges, with_budgets
-from tests.query.engine_corpus import BOUNDED_ROWS, CORPUS, check_identical
+from tests.query.engine_corpus import (
+    BOUNDED_ROWS,
+    CORPUS,
+    check_identical,
+    exported_rows,
+    record_streams,
+)
 
 pytestmark = pytest.mark.skipif(pgcluster.initdb_path() is None,
                                 reason="PostgreSQL is not installed (apt-get install postgresql)")
@@ -187,20 +192,7 @@ def test_password_is_never_shown(twins: dict[str, tuple[Path, Path]], tmp_path: 
 def test_release_streams_the_same_source_from_postgres(twins: dict[str, tuple[Path, Path]],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A release on PostgreSQL exports the same bounded rows as on DuckDB, in batches."""
-    exported: dict[str, list[Any]] = {"duckdb": [], "postgres": []}
-
-    def recording(engine: type, name: str, size: int) -> None:
-        stream = engine.stream
-
-        def recorded(self: Any, query: Any, schema: Any, _: int = 0) -> Any:
-            for batch in stream(self, query, schema, size):
-                assert batch.num_rows <= size
-                exported[name].append(batch)
-                yield batch
-        monkeypatch.setattr(engine, "stream", recorded)
-
-    recording(DuckDBEngine, "duckdb", 1 << 16)
-    recording(PostgresEngine, "postgres", 1000)
+    exported = record_streams(monkeypatch, {DuckDBEngine: 1 << 16, PostgresEngine: 1000})
     for path in twins["adult"]:
         with dpsql.connect(path, "admin") as admin:
             admin.release("adult", synthesizer="independent", name="streamed", epsilon=1,
@@ -210,11 +202,10 @@ def test_release_streams_the_same_source_from_postgres(twins: dict[str, tuple[Pa
             record = repr(provenance.find(admin.store, "streamed"))
             assert pgcluster.READER_PASSWORD not in record
             assert "dsn" not in record
-    assert len(exported["postgres"]) > 2  # several round trips, never the whole table at once
-    rows = {name: sorted(pa.Table.from_batches(batches).to_pylist(), key=repr)
-            for name, batches in exported.items()}
-    assert len(rows["duckdb"]) > 3000
-    assert rows["postgres"] == rows["duckdb"]
+    assert len(exported[PostgresEngine]) > 2  # several round trips, never the whole table
+    rows = exported_rows(exported[DuckDBEngine])
+    assert len(rows) > 3000
+    assert exported_rows(exported[PostgresEngine]) == rows
 
 
 def test_release_with_the_engine_down_charges_nothing(pg: pgcluster.Cluster, tmp_path: Path,

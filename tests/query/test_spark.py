@@ -2,8 +2,10 @@
 
 The same policies and data on DuckDB and on Spark (a Parquet path, and a table
 of the Spark catalog) give identical exact answers (unbounded budgets: no
-noise); contribution bounding keeps the same rows on both; a missing path or
-table charges nothing; a cancel stops the statement's Spark jobs.
+noise); contribution bounding keeps the same rows on both, and a release
+streams them in Arrow batches; a missing path or table charges nothing, a Spark
+failure after a release's charge keeps it and tells nothing of the rows; a
+cancel stops the statement's Spark jobs.
 """
 
 from __future__ import annotations
@@ -32,12 +34,18 @@ from dpsql.errors import (
 )
 from dpsql.interrupt import Interrupter
 from dpsql.policy import EngineSpec, Policy
-from dpsql.query.engine import EngineError
+from dpsql.query.engine import DuckDBEngine, EngineError
 from dpsql.query.spark import SparkEngine, session, to_spark
 from dpsql.source import bounded_sql
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, with_budgets
-from tests.query.engine_corpus import BOUNDED_ROWS, CORPUS, check_identical
+from tests.query.engine_corpus import (
+    BOUNDED_ROWS,
+    CORPUS,
+    check_identical,
+    exported_rows,
+    record_streams,
+)
 
 LOCAL = {"kind": "spark", "master": "local[2]"}
 
@@ -197,8 +205,12 @@ def test_bounding_keeps_the_same_rows_on_duckdb_and_spark(spark: Any, tmp_path: 
     engine = SparkEngine(dataset.engine)
     try:
         assert engine.column_types("t") == types
+        query = sqlglot.parse_one(sql, read="duckdb")
         kept_spark = sorted(map(repr, (tuple(r.values()) for r in engine.execute(
-            sqlglot.parse_one(sql, read="duckdb")).to_pylist())))
+            query).to_pylist())))
+        schema = duck.sql(sql).to_arrow_table().schema
+        streamed = pa.Table.from_batches(engine.stream(query, schema, size=50), schema)
+        assert sorted(map(repr, (tuple(r.values()) for r in streamed.to_pylist()))) == kept_duck
     finally:
         engine.close()
     assert len(kept_duck) == 97 * 2  # every person has more than max_rows rows
@@ -237,7 +249,7 @@ def test_init_checks_the_spark_table(spark: Any, tmp_path: Path, where: dict[str
     assert not (tmp_path / "s.duckdb").exists()
 
 
-def test_missing_data_charges_nothing(spark: Any, tmp_path: Path) -> None:
+def test_missing_data_charges_nothing_for_a_query_or_a_release(spark: Any, tmp_path: Path) -> None:
     parquet = tmp_path / "adult.parquet"
     duck = duckdb.connect()
     duck.execute(f"CREATE TABLE adult AS SELECT * FROM read_csv('{ADULT_SAMPLE}')")
@@ -253,17 +265,72 @@ def test_missing_data_charges_nothing(spark: Any, tmp_path: Path) -> None:
         with pytest.raises(InternalError, match=r"cannot be read.*nothing was charged"):
             alice.sql("SELECT COUNT(*) FROM adult")
         assert alice.budget()[0].remaining == before
+        with dpsql.connect(tmp_path / "s.duckdb", "admin") as admin:
+            spent = admin.budget("admin")[0].spent
+            with pytest.raises(ReleaseError, match=r"cannot be read.*nothing was charged"):
+                admin.release("adult", synthesizer="independent", name="r", epsilon=1, rows=10)
+            assert admin.budget("admin")[0].spent == spent
         moved.rename(parquet)
         alice.sql("SELECT COUNT(*) FROM adult")
         assert alice.budget()[0].remaining < before
 
 
-def test_release_is_refused_before_the_charge(twins: dict[str, tuple[Path, Path]]) -> None:
-    with dpsql.connect(twins["adult"][1], "admin") as admin:
+def test_release_streams_the_same_source_from_spark(twins: dict[str, tuple[Path, Path]],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release on Spark exports the same bounded rows as on DuckDB, in Arrow batches.
+
+    The release's noisy measurements are functions of these rows alone, so they
+    measure the same marginals before noise on both engines.
+    """
+    exported = record_streams(monkeypatch, {DuckDBEngine: 1 << 16, SparkEngine: 1000})
+    for path in twins["adult"]:
+        with dpsql.connect(path, "admin") as admin:
+            before = admin.budget("admin")[0].spent
+            admin.release("adult", synthesizer="independent", name="streamed", epsilon=1,
+                          rows=300, columns=["age", "sex", "race"], replace=True, seed=7)
+            assert admin.budget("admin")[0].spent > before
+            assert admin.store.cursor().execute("SELECT count(*) FROM released.streamed"
+                                                ).fetchone() == (300,)
+    assert len(exported[SparkEngine]) > 2  # several batches, never the whole table at once
+    rows = exported_rows(exported[DuckDBEngine])
+    assert len(rows) > 3000
+    assert exported_rows(exported[SparkEngine]) == rows
+
+
+FAILING_POLICY = """version: 1
+accounting: pure
+datasets:
+  t:
+    table: t
+    budget: {epsilon: 5}
+    engine: {kind: spark, table: failing_rows}
+    synthesizers: [independent]
+    columns:
+      n: {type: integer, bounds: [0, 10]}
+      s: {type: categorical, values: [a, b]}
+users:
+  admin: {role: admin, budgets: {t: {epsilon: 5}}}
+"""
+
+
+def test_a_spark_failure_after_the_charge_keeps_the_charge(spark: Any, tmp_path: Path) -> None:
+    # The view binds (its schema is known) and raises on one row when a job reads it.
+    spark.sql("CREATE OR REPLACE TEMP VIEW failing_rows AS SELECT CAST(id % 11 AS INT) AS n, "
+              "CASE WHEN id = 4321 THEN raise_error('row 4321 is secret') ELSE 'a' END AS s "
+              "FROM range(0, 10000)")
+    policy = tmp_path / "p.yaml"
+    policy.write_text(FAILING_POLICY)
+    dpsql.init(tmp_path / "s.duckdb", policy)[0].close()
+    with dpsql.connect(tmp_path / "s.duckdb", "admin") as admin:
         before = admin.budget("admin")[0].spent
-        with pytest.raises(ReleaseError, match="lives in Spark"):
-            admin.release("adult", synthesizer="independent", name="r", epsilon=1, rows=10)
-        assert admin.budget("admin")[0].spent == before
+        with pytest.raises(ReleaseError, match=r"the release failed \(EngineError\); nothing "
+                                               r"was written; the charge of .* stays") as err:
+            admin.release("t", synthesizer="independent", name="r", epsilon=1, rows=10)
+        assert "secret" not in str(err.value)
+        assert admin.budget("admin")[0].spent > before
+        assert admin.store.cursor().execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'released'"
+        ).fetchone() == (0,)
 
 
 def test_cancel_reaches_spark(spark: Any) -> None:
@@ -287,16 +354,22 @@ def test_cancel_reaches_spark(spark: Any) -> None:
     assert tracker.getActiveJobsIds() == []
 
 
-def test_stream_gives_batches_of_at_most_size_rows(spark: Any) -> None:
+@pytest.mark.parametrize(("rows", "size"), [(2500, 1000), (25000, 3000)])
+def test_stream_gives_batches_of_at_most_size_rows(spark: Any, rows: int, size: int) -> None:
+    # Spark's Arrow batches hold 10,000 rows: they are cut and joined into chunks of size.
     engine = SparkEngine(EngineSpec(kind="spark", table="unused"))
-    schema = pa.schema([("id", pa.int64())])
-    query = sqlglot.parse_one("SELECT id FROM range(0, 2500)", read="spark")
+    schema = pa.schema([("id", pa.int64()), ("half", pa.float64())])
+    query = sqlglot.parse_one(f"SELECT id, id / 2 AS half FROM range(0, {rows})", read="spark")
     try:
-        batches = list(engine.stream(query, schema, size=1000))
+        batches = list(engine.stream(query, schema, size=size))
     finally:
         engine.close()
-    assert [b.num_rows for b in batches] == [1000, 1000, 500]
-    assert sorted(pa.Table.from_batches(batches, schema)["id"].to_pylist()) == list(range(2500))
+    partition = rows // spark.sparkContext.defaultParallelism
+    expected = [size] * (partition // size) + [partition % size]
+    assert [b.num_rows for b in batches] == expected * spark.sparkContext.defaultParallelism
+    table = pa.Table.from_batches(batches, schema)
+    assert sorted(table["id"].to_pylist()) == list(range(rows))
+    assert table["half"].to_pylist() == [i / 2 for i in table["id"].to_pylist()]
 
 
 def test_only_queries_run(spark: Any) -> None:
