@@ -53,9 +53,9 @@ QUERIES = {
 def generate(rows: int, unit_rows: int, path: Path) -> None:
     """``rows`` pseudo-random rows (a fixed hash of the row number) as Parquet."""
     unit = f"i // {unit_rows}" if unit_rows else "i"
-    duckdb.sql(f"""COPY (SELECT {unit} AS person, 17 + hash(i) % 74 AS age,
+    duckdb.sql(f"""COPY (SELECT {unit} AS person, CAST(17 + hash(i) % 74 AS INTEGER) AS age,
         CASE WHEN hash(i + 1) % 2 = 0 THEN 'F' ELSE 'M' END AS sex,
-        1 + hash(i + 2) % 99 AS hours, (hash(i + 3) % 100000) / 1.5 AS income
+        CAST(1 + hash(i + 2) % 99 AS INTEGER) AS hours, (hash(i + 3) % 100000) / 1.5 AS income
         FROM range({rows}) r(i)) TO '{path}' (FORMAT parquet)""")
 
 

@@ -167,17 +167,20 @@ class SparkEngine:
                ) -> Iterator[pa.RecordBatch]:
         """``query``'s rows as Arrow batches of at most ``size`` rows, a partition at a time.
 
-        The executors write each partition as Arrow IPC chunks of ``size`` rows
-        (``mapInArrow``); ``toLocalIterator`` brings one partition's chunks to the
-        driver at a time, so memory here grows with the largest partition, never
-        with the table, and no row becomes a Python object.
+        The executors write each partition as compressed Arrow IPC chunks of
+        ``size`` rows (``mapInArrow``); a REBALANCE spreads the chunks over
+        partitions of about Spark's advisory size (AQE:
+        ``spark.sql.adaptive.advisoryPartitionSizeInBytes``, 64 MB), whatever the
+        input's partitions; ``toLocalIterator`` brings one of them to the driver
+        at a time. So memory here does not grow with the table, and no row becomes
+        a Python object.
         """
         with self._errors(), warnings.catch_warnings():  # analysis only: no job runs
             # pyspark warns about pandas 3 on any Arrow UDF; this one uses no pandas
             warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas",
                                     FutureWarning)
             frame = self._session().sql(self.render(query)).mapInArrow(
-                _ipc_chunks(size), "chunk binary")
+                _ipc_chunks(size), "chunk binary").hint("rebalance")
         with self.querying():
             for row in frame.toLocalIterator():
                 with pa.ipc.open_stream(pa.py_buffer(row.chunk)) as reader:
@@ -214,7 +217,8 @@ def _ipc_chunks(size: int) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.R
 
         def blob(rows: list[pa.RecordBatch]) -> pa.RecordBatch:
             sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, rows[0].schema) as out:
+            options = pa.ipc.IpcWriteOptions(compression="zstd")  # what the shuffle sizes
+            with pa.ipc.new_stream(sink, rows[0].schema, options=options) as out:
                 out.write_table(pa.Table.from_batches(rows).combine_chunks())  # one batch
             return pa.RecordBatch.from_pydict({"chunk": [sink.getvalue().to_pybytes()]})
 
