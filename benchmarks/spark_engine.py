@@ -105,7 +105,7 @@ def releases(sizes: list[int], unit_rows: int, master: str) -> None:
     for rows in sizes:
         out = subprocess.run([sys.executable, __file__, "--release-one", str(rows),
                               "--unit-rows", str(unit_rows), "--master", master],
-                             check=True, capture_output=True, text=True).stdout
+                             check=True, stdout=subprocess.PIPE, text=True).stdout
         results.append(json.loads(out.strip().splitlines()[-1]))
     print(f"independent release (age, sex, hours), unit rows {unit_rows or 'none'}, master "
           f"{master}, load {os.getloadavg()[0]:.1f}")
