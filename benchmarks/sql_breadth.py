@@ -241,6 +241,7 @@ def main() -> None:
                f"{r['query']} {r['zcdp_median']:.3g}/{r['pure_median']:.3g}/" + (
                    f"{r['smartnoise_median']:.3g} p90 {r['zcdp_p90']:.3g}/{r['pure_p90']:.3g}/"
                    f"{r['smartnoise_p90']:.3g}" if not r["smartnoise_refused"]
+                   else "not run" if r["smartnoise_refused"] == "not run"
                    else f"refused ({r['smartnoise_refused'][:40]})") for r in versus))
     costs = overhead(args.rows, args.runs)
     print_table(costs, args.json)
