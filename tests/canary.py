@@ -56,6 +56,9 @@ datasets:
       note: {type: hidden}
       fnlwgt: {type: hidden}
       zip: {type: categorical}
+public_tables:
+  sexes: {path: sexes.csv, key: sex}
+  labels: {path: labels.csv, key: label}
 users:
   admin: {role: admin, budgets: {adult: {epsilon: 1000000}}}
   alice: {role: analyst, budgets: {adult: {epsilon: 1000000}}}
@@ -88,6 +91,8 @@ def build_store(directory: Path) -> Path:
         writer.writerow(["age", "sex", "label", "income", "note", "fnlwgt", "ssn", "code",
                          "zip"])
         writer.writerows(_rows())
+    (directory / "sexes.csv").write_text("sex,name\n0,female\n1,male\n2,other\n")
+    (directory / "labels.csv").write_text("label,grp\na,x\nb,y\nc,x\n")
     # The canaries outside the declared domain stay in the table as they are.
     path = make_store(directory / f"{STORE_NAME}.duckdb", POLICY, data, PASSWORDS,
                       released=RELEASED_COLUMNS, outside="keep")
@@ -328,6 +333,40 @@ DISTINCT_SHAPES = (
     "SELECT COUNT(*) FROM adult WHERE COUNT(DISTINCT note) > 1",
     "SELECT COUNT(DISTINCT *) FROM adult", "SELECT COUNT(DISTINCT (label, note)) FROM adult",
 )
+# Joins with the policy's public tables (sexes on sex, labels on label): DP answers, and
+# the misuses that would reach a hidden column, a canary or the rows themselves (refused).
+JOIN_SHAPES = (
+    "SELECT s.name, COUNT(*) FROM adult a JOIN sexes s ON a.sex = s.sex GROUP BY s.name",
+    "SELECT l.grp, SUM(a.income), AVG(a.age) FROM adult a LEFT JOIN labels l "
+    "ON a.label = l.label GROUP BY l.grp",
+    "SELECT l.grp, COUNT(DISTINCT a.income) FROM adult a JOIN labels l ON a.label = l.label "
+    "GROUP BY l.grp",
+    "SELECT COUNT(*) FROM adult a JOIN labels l ON a.label = l.label WHERE l.grp = 'x' "
+    "AND a.income > 7000000",
+    "SELECT l.grp, MEDIAN(a.income) FROM adult a JOIN labels l ON a.label = l.label "
+    "GROUP BY l.grp",
+    "SELECT COUNT(*) FROM adult a JOIN labels l ON a.note = l.label",
+    "SELECT COUNT(*) FROM adult a JOIN labels l ON a.zip = l.label",
+    "SELECT COUNT(*) FROM adult a JOIN sexes s ON a.income = s.sex",
+    "SELECT COUNT(*) FROM adult a JOIN sexes s ON a.fnlwgt = s.sex",
+    "SELECT COUNT(*) FROM adult a JOIN sexes s ON a.sex = s.sex AND a.income > 7000000",
+    "SELECT COUNT(*) FROM adult a JOIN sexes s ON a.sex = s.sex OR a.note = s.name",
+    "SELECT COUNT(*) FROM adult a JOIN sexes s ON TRUE",
+    "SELECT COUNT(*) FROM adult a JOIN sexes s ON a.sex + 0 = s.sex",
+    "SELECT COUNT(*) FROM adult a JOIN adult b ON a.sex = b.sex",
+    "SELECT COUNT(*) FROM adult a JOIN released.adult_syn r ON a.sex = r.sex",
+    "SELECT COUNT(*) FROM adult a JOIN (SELECT * FROM adult) s ON a.sex = s.sex",
+    "SELECT COUNT(*) FROM adult a JOIN public_tables.sexes s ON a.sex = s.sex",
+    "SELECT COUNT(*) FROM adult a RIGHT JOIN sexes s ON a.sex = s.sex",
+    "SELECT s.name, MAX(a.income) FROM adult a JOIN sexes s ON a.sex = s.sex GROUP BY s.name",
+    "SELECT SUM(s.sex) FROM adult a JOIN sexes s ON a.sex = s.sex",
+    "SELECT s.name, COUNT(*) FROM adult a JOIN sexes s ON a.sex = s.sex "
+    "WHERE s.name = a.label GROUP BY s.name",
+    "SELECT a.note, COUNT(*) FROM adult a JOIN sexes s ON a.sex = s.sex GROUP BY a.note",
+    "SELECT * FROM public_tables.sexes s JOIN adult a ON a.sex = s.sex",
+    "SELECT * FROM public_tables.labels l, main.adult a WHERE a.label = l.label",
+    "SELECT * FROM public_tables.sexes CROSS JOIN released.adult_syn LIMIT 5",
+)
 # The store's own file, read by path: the free path must not be able to open it.
 PATH_SHAPES = (
     "ATTACH '{path}' AS c2 (READ_ONLY)", "SELECT * FROM read_duckdb('{path}')",
@@ -442,6 +481,7 @@ def shape_attacks(store: Path) -> Iterator[str]:
     yield from SETTINGS_AND_MORE
     yield from DP_SHAPES
     yield from DISTINCT_SHAPES
+    yield from JOIN_SHAPES
     for shape in PATH_SHAPES:
         yield shape.format(path=store)
 
