@@ -1,6 +1,7 @@
 """DP quantiles in SQL: accuracy against OpenDP's quantile; overhead over plain DuckDB.
 
-Accuracy: on columns of the full Adult data (shared/data/adult, integer codes),
+Accuracy: on columns of the full Adult data (shared/data/adult, integer codes) and
+of the ACS excerpt (shared/data/acs/national2019.csv: AGEP, EDU),
 dpsql's quantile mechanism (the code ``SELECT MEDIAN(col)`` runs after the
 database returns its histogram, over the same integer grid as the policy's
 bounds) and OpenDP 0.16's ``make_private_quantile`` (same candidates, same q,
@@ -46,7 +47,9 @@ from dpsql.privacy import PrivacyCost
 from dpsql.query.quantile import Grid, QuantileNoise
 from dpsql.store import Store
 
-COLUMNS = {"age": 84, "hours-per-week": 98, "education-num": 15}  # bounds [0, hi]
+COLUMNS = {  # (data set, column): bounds [0, hi]
+    ("adult", "age"): 84, ("adult", "hours-per-week"): 98, ("adult", "education-num"): 15,
+    ("acs", "AGEP"): 99, ("acs", "EDU"): 12}
 QS = (Fraction(1, 2), Fraction(9, 10), Fraction(1, 100))
 EPSILONS = (Fraction(1, 100), Fraction(1, 10), Fraction(1))
 SUBSAMPLE = 1000  # rows of a seeded subsample, where the noise shows
@@ -64,9 +67,11 @@ OVERHEAD = {
 }
 
 
-def adult_column(name: str) -> np.ndarray:
-    path = shared_data("adult", "adult.csv")
-    return duckdb.sql(f"SELECT \"{name}\" FROM read_csv('{path}')").fetchnumpy()[name]
+def data_column(dataset: str, name: str) -> np.ndarray:
+    """A column of the full Adult or ACS national2019 file (ACS: "N" is missing, dropped)."""
+    path = shared_data(dataset, "adult.csv" if dataset == "adult" else "national2019.csv")
+    return duckdb.sql(f"SELECT \"{name}\" FROM read_csv('{path}', nullstr = 'N') "
+                      f"WHERE \"{name}\" IS NOT NULL").fetchnumpy()[name]
 
 
 def dpsql_answers(values: np.ndarray, hi: int, q: Fraction, epsilon: Fraction,
@@ -97,11 +102,11 @@ def opendp_answers(values: np.ndarray, hi: int, q: Fraction, epsilon: Fraction,
 
 def accuracy(reps: int, quick: bool) -> list[dict[str, Any]]:
     rows = []
-    for name, hi in COLUMNS.items():
-        full = adult_column(name)
+    for (dataset, name), hi in COLUMNS.items():
+        full = data_column(dataset, name)
         small = np.random.default_rng(0).choice(full, SUBSAMPLE, replace=False)
         for values in (small,) if quick else (full, small):
-            rows += _accuracy_rows(name, hi, values, reps)
+            rows += _accuracy_rows(f"{dataset}.{name}", hi, values, reps)
     return rows
 
 
@@ -230,8 +235,8 @@ def main() -> None:
     table = accuracy(args.reps, args.quick)
     print_table(table, args.json)
     small = [r for r in table if r["n"] == SUBSAMPLE and r["epsilon"] == 0.1]
-    readme(f"DP quantile abs. error, {SUBSAMPLE} Adult rows, eps 0.1 (dpsql/OpenDP, median and "
-           "p90 of runs): " + ", ".join(
+    readme(f"DP quantile abs. error, {SUBSAMPLE} Adult and ACS rows, eps 0.1 (dpsql/OpenDP, "
+           "median and p90 of runs): " + ", ".join(
                f"{r['column']} q={r['q']:g} {r['dpsql_median']:g}/{r['opendp_median']:g} "
                f"p90 {r['dpsql_p90']:g}/{r['opendp_p90']:g}" for r in small))
     versus = versus_smartnoise(args.reps)

@@ -62,14 +62,15 @@ def test_scale_runs_in_a_quick_mode() -> None:
 def test_sql_breadth_quick_mode_prints_its_figures() -> None:
     """``benchmarks/sql_breadth.py --quick`` (about 15 s): DP quantiles against OpenDP, the
     new aggregates beside smartnoise-sql (where its venv exists; "not run" otherwise) and
-    their overhead over DuckDB, on the shared Adult data (skipped where it is absent)."""
-    if not any((d / "shared" / "data" / "adult" / "adult.csv").exists() for d in ROOT.parents) \
-            and "DPSQL_SHARED_DATA" not in os.environ:
+    their overhead over DuckDB, on the shared Adult and ACS data (skipped where absent)."""
+    if not any((d / "shared" / "data" / "acs" / "national2019.csv").exists()
+               for d in ROOT.parents) and "DPSQL_SHARED_DATA" not in os.environ:
         pytest.skip("shared/data/adult is not available")
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sql_breadth.py"),
                              "--quick"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "README: DP quantile abs. error, 1000 Adult rows" in result.stdout
+    assert "README: DP quantile abs. error, 1000 Adult and ACS rows" in result.stdout
+    assert "acs.AGEP q=0.5" in result.stdout
     assert re.search(r"README: DP aggregates vs smartnoise-sql, 5,000 Adult rows, age, eps 1 "
                      r"\(.*\): median \d[\d.]*/\d[\d.]*/", result.stdout)
     assert "README: DP quantile and distinct count overhead on 100,000 rows: count (reference)" \
