@@ -65,7 +65,7 @@ def test_sql_breadth_quick_mode_prints_its_figures() -> None:
     their overhead over DuckDB, on the shared Adult and ACS data (skipped where absent)."""
     if not any((d / "shared" / "data" / "acs" / "national2019.csv").exists()
                for d in ROOT.parents) and "DPSQL_SHARED_DATA" not in os.environ:
-        pytest.skip("shared/data/adult is not available")
+        pytest.skip("shared/data/acs is not available")
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sql_breadth.py"),
                              "--quick"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
