@@ -190,3 +190,10 @@ def keyword_start(text: str, *keywords: str) -> int | None:
         return None
     wanted = {k.upper() for k in keywords}
     return next((t.start for t in tokens if t.text.upper() in wanted), None)
+
+
+def unparen(node: exp.Expr) -> exp.Expr:
+    """``node`` without the parentheses around it."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node

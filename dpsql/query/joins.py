@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from sqlglot import exp
 
 from dpsql.policy import Column, Policy, PublicTable, did_you_mean
-from dpsql.query.dialect import describe, reject
+from dpsql.query.dialect import describe, reject, unparen
 from dpsql.query.model import Join
 from dpsql.query.predicates import PublicScope, RowScope, sql_type, total_numeric
 
@@ -36,12 +36,6 @@ class PublicCatalog(Protocol):
 
     def values(self, table: str, column: str) -> tuple[Any, ...]:
         """The sorted distinct values of a public column, NULL last if it holds one."""
-
-
-def _unparen(node: exp.Expr) -> exp.Expr:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
 
 
 def check_join(text: str, policy: Policy, scope: RowScope, joins: list[exp.Join],
@@ -81,7 +75,7 @@ def check_join(text: str, policy: Policy, scope: RowScope, joins: list[exp.Join]
     wider = RowScope(text, dataset, {
         **scope.types, **{f"{public.name}.{c}": t for c, t in types.items()}},
         scope.qualifiers, PublicScope(public.name, qualifiers, tuple(types)))
-    on_column = _on(text, wider, _unparen(on), public.key)
+    on_column = _on(text, wider, unparen(on), public.key)
     return wider, Join(public.name, public.key, on_column, side != "LEFT", tuple(types))
 
 
@@ -120,7 +114,7 @@ def _on(text: str, scope: RowScope, on: exp.Expr, key: str) -> str:
     The two columns must compare without a cast that could fail on some row:
     text with text, or numbers of types whose comparisons never raise.
     """
-    sides = [_unparen(s) for s in (on.this, on.expression)] if isinstance(on, exp.EQ) else []
+    sides = [unparen(s) for s in (on.this, on.expression)] if isinstance(on, exp.EQ) else []
     columns = [s for s in sides if isinstance(s, exp.Column)]
     public = scope.public
     assert public is not None

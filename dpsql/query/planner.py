@@ -25,7 +25,14 @@ from sqlglot import exp
 from dpsql.errors import QueryRejected
 from dpsql.policy import Column, Dataset, Policy, did_you_mean
 from dpsql.query.aggregates import Aggregates
-from dpsql.query.dialect import DPOptions, describe, keyword_start, nested_too_deeply, reject
+from dpsql.query.dialect import (
+    DPOptions,
+    describe,
+    keyword_start,
+    nested_too_deeply,
+    reject,
+    unparen,
+)
 from dpsql.query.joins import PublicCatalog, check_join, public_key
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
 from dpsql.query.model import GroupKey, Join, Measure, Order, Output, QueryPlan
@@ -57,12 +64,6 @@ def is_dp_bin(node: exp.Expr) -> exp.Anonymous | None:
     if isinstance(node, exp.Anonymous) and node.name.lower() == "dp_bin":
         return node
     return None
-
-
-def _unparen(node: exp.Expr) -> exp.Expr:
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
 
 
 def _int_literal(node: exp.Expr | None) -> int | None:
@@ -285,7 +286,7 @@ class _Planner:
         return items
 
     def _signature(self, node: exp.Expr) -> tuple[tuple[Any, ...], Column, exp.Expr] | None:
-        node = _unparen(node)
+        node = unparen(node)
         if isinstance(node, exp.Column):
             col = self.scope.column(node)
             return ("value", col.name, None), col, node
@@ -305,7 +306,7 @@ class _Planner:
 
     def key_index(self, node: exp.Expr) -> int | None:
         """The GROUP BY key ``node`` denotes, if any."""
-        node = _unparen(node)
+        node = unparen(node)
         if not isinstance(node, exp.Column) and is_dp_bin(node) is None:
             return None
         found = self._signature(node)
@@ -313,7 +314,7 @@ class _Planner:
             return None
         signature, col, _ = found
         if signature[0] == "width":
-            key = width_key(col, _unparen(is_dp_bin(node).expressions[1]),  # type: ignore[union-attr]
+            key = width_key(col, unparen(is_dp_bin(node).expressions[1]),  # type: ignore[union-attr]
                             self.text, node)
             signature = ("width", col.name, key.width)
         return self.key_sigs.index(signature) if signature in self.key_sigs else None
@@ -354,7 +355,7 @@ class _Planner:
     def _add_key(self, node: exp.Expr) -> None:
         found = self._signature(node)
         if found is None:
-            name = describe(_unparen(node))
+            name = describe(unparen(node))
             if any(isinstance(n, AGGREGATE_NODES) for n in node.walk()):
                 raise reject(self.text, "cannot GROUP BY an aggregate", node,
                              construct="GROUP BY", advice="group by columns or dp_bin(...)")
@@ -380,7 +381,7 @@ class _Planner:
         elif signature[0] == "policy_bins":
             key = policy_bins_key(col, self.text, node)
         else:
-            key = width_key(col, _unparen(call.expressions[1]), self.text, node)
+            key = width_key(col, unparen(call.expressions[1]), self.text, node)
             signature = ("width", col.name, key.width)
         if signature in self.key_sigs:
             return
