@@ -89,10 +89,19 @@ def _function_start(text: str, node: exp.Func, inner: int) -> int:
 
 def tokenize(text: str) -> list[Token]:
     """Tokens of ``text`` (comments dropped), or QueryRejected for unreadable input."""
+    _refuse_nul(text)
     try:
         return list(DIALECT.tokenize(text))
     except TokenError as err:
         raise _unreadable(text) from err
+
+
+def _refuse_nul(text: str) -> None:
+    """Refuse the NUL character, as PostgreSQL does: DuckDB cannot parse it in a literal."""
+    at = text.find("\x00")
+    if at >= 0:
+        raise reject(text, "the NUL character (U+0000) is not accepted in SQL text", at,
+                     construct="syntax", advice="remove it from the statement")
 
 
 def _unreadable(text: str) -> QueryRejected:
@@ -142,6 +151,7 @@ def unterminated_at(text: str) -> int | None:
 
 def parse_statements(text: str) -> list[exp.Expr]:
     """Parse ``text`` into statements with the analyst dialect; syntax errors are rejections."""
+    _refuse_nul(text)
     try:
         statements = DIALECT.parse(text)
     except RecursionError:

@@ -19,7 +19,7 @@ from dpsql.query.statement import (
 )
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
-from tests.query.conftest import with_budgets
+from tests.query.conftest import charges, with_budgets
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -146,3 +146,15 @@ def test_show_datasets_lists_public_schema_only(adult: Session) -> None:
 def test_show_of_something_else_is_rejected(adult: Session) -> None:
     with pytest.raises(dpsql.QueryRejected, match="SHOW search_path is not available"):
         adult.sql("SHOW search_path")
+
+
+@pytest.mark.parametrize("text", ["SELECT COUNT(*) FROM adult WHERE sex IN ('', '\x00x')",
+                                  "SELECT COUNT(*) FROM adult -- \x00",
+                                  "EXPLAIN PRIVACY SELECT COUNT(*) FROM adult WHERE sex = '\x00'"])
+def test_nul_is_refused_before_any_charge(adult: Session, text: str) -> None:
+    # DuckDB cannot parse NUL in a literal: before this refusal such a query failed after its charge.
+    before = charges(adult)
+    with pytest.raises(dpsql.QueryRejected, match="NUL character") as caught:
+        adult.sql(text)
+    assert (caught.value.line, caught.value.column) == (1, text.index("\x00") + 1)
+    assert charges(adult) == before
