@@ -152,7 +152,7 @@ def test_show_of_something_else_is_rejected(adult: Session) -> None:
                                   "SELECT COUNT(*) FROM adult -- \x00",
                                   "EXPLAIN PRIVACY SELECT COUNT(*) FROM adult WHERE sex = '\x00'"])
 def test_nul_is_refused_before_any_charge(adult: Session, text: str) -> None:
-    # DuckDB cannot parse NUL in a literal: before this refusal such a query failed after its charge.
+    # DuckDB cannot parse NUL in a literal: unrefused, such a query failed after its charge.
     before = charges(adult)
     with pytest.raises(dpsql.QueryRejected, match="NUL character") as caught:
         adult.sql(text)
