@@ -35,7 +35,8 @@ from typing import Any
 import duckdb
 
 from dpsql.context import Context
-from dpsql.errors import DPSQLError, ReleaseError
+from dpsql.errors import DPSQLError, QueryCanceled, ReleaseError
+from dpsql.interrupt import Interrupter
 from dpsql.progress import Progress, silent
 from dpsql.release import Charged, MoreRequest, Release, ReleaseRequest, prepare
 from dpsql.store import Store, now
@@ -66,6 +67,7 @@ class _Job:
     charged: Charged
     events: list[tuple[str, float, float | None]] = field(default_factory=list)
     worker: Any = None  # the worker process while it runs
+    export: Interrupter = field(default_factory=Interrupter)  # stops the source's export
     cancelled_by: str | None = None
     writing: bool = False
     finished: bool = False
@@ -142,6 +144,7 @@ class Jobs:
             job.cancelled_by = by
             if job.worker is not None:
                 job.worker.kill()
+            job.export.interrupt()  # the engine's query or job, while the source is exported
             self._changed.wait_for(lambda: job.finished)
 
     def list(self) -> list[dict[str, Any]]:
@@ -191,9 +194,14 @@ class Jobs:
         outcome, reason = "released", None
         try:
             with tempfile.TemporaryDirectory(prefix="dpsql-release-") as folder:  # mode 0700
-                self._check_cancelled(job)
-                _update(ctx.store, job.id, state="running", folder=folder)
-                charged.export(ctx, Path(folder))
+                with job.export.statement():  # from here a cancel interrupts the export
+                    self._check_cancelled(job)
+                    _update(ctx.store, job.id, state="running", folder=folder)
+                    try:
+                        charged.export(ctx, Path(folder), job.export)
+                    except QueryCanceled:
+                        self._check_cancelled(job)
+                        raise
                 self._in_worker(job, Path(folder))
                 with self._changed:
                     self._check_cancelled(job)

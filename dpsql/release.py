@@ -163,11 +163,14 @@ class Charged:
     plan: _Plan | None = None  # a fresh release
     entry: dict[str, Any] | None = None  # release-more: the live release it extends
 
-    def export(self, ctx: Context, folder: Path) -> None:
-        """Write what the worker reads (the bounded source of a fresh release) to ``folder``."""
+    def export(self, ctx: Context, folder: Path, interrupts: Interrupter) -> None:
+        """Write what the worker reads (the bounded source of a fresh release) to ``folder``.
+
+        ``interrupts`` stops the engine's query (a cancelled job): QueryCanceled.
+        """
         if self.plan is not None:
             export_source(ctx.store, self.plan.dataset, self.plan.domain.names,
-                          folder / SOURCE_FILE, self.plan.types)
+                          folder / SOURCE_FILE, self.plan.types, interrupts)
 
     def write(self, ctx: Context, folder: Path, report: Progress) -> Release:
         """Validate the worker's results and write them in one transaction."""
@@ -358,21 +361,21 @@ SOURCE_FILE = "source.arrow"
 
 
 def export_source(store: Store, dataset: Dataset, columns: Sequence[str], path: Path,
-                  types: Mapping[str, str]) -> None:
+                  types: Mapping[str, str], interrupts: Interrupter | None = None) -> None:
     """Write the bounded source's ``columns`` to ``path`` (Arrow IPC), for the worker.
 
     Only the release's domain leaves the engine: no hidden column, no privacy unit,
     no column outside the policy. The rows arrive in batches from the dataset's
     engine (the store's connection, which has no file access, or another
     engine), so memory here does not grow with the table; ``types``: the
-    table's column types.
+    table's column types; ``interrupts`` can stop the engine's query.
     """
     names = ", ".join(quote(c) for c in columns)
     query = sqlglot.parse_one(f"SELECT {names} FROM {bounded_sql(dataset, store.secret, types)}",
                               read="duckdb")
     empty = ", ".join(f"CAST(NULL AS {types[c]}) AS {quote(c)}" for c in columns)
     schema = duckdb.connect().sql(f"SELECT {empty}").to_arrow_table().schema
-    engine = engine_for(dataset, store, Interrupter())
+    engine = engine_for(dataset, store, interrupts or Interrupter())
     try:
         with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, schema) as out:
             for batch in engine.stream(query, schema):

@@ -36,6 +36,7 @@ from dpsql.interrupt import Interrupter
 from dpsql.policy import Policy
 from dpsql.query.engine import DuckDBEngine, EngineError
 from dpsql.query.postgres import PostgresEngine, range_check
+from dpsql.release import ReleaseRequest
 from dpsql.source import bounded_sql
 from tests import pgcluster
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
@@ -218,6 +219,47 @@ def test_release_with_the_engine_down_charges_nothing(pg: pgcluster.Cluster, tmp
         assert pgcluster.READER_PASSWORD not in str(err.value)
 
 
+def test_cancel_stops_a_release_exporting_from_postgres(pg: pgcluster.Cluster,
+                                                       twins: dict[str, tuple[Path, Path]],
+                                                       tmp_path: Path) -> None:
+    """A job cancelled while it streams its source stops the server's query at once."""
+    with pg.admin() as con:  # the rows come slowly: 5,000 rows at 10 ms each
+        con.execute("CREATE OR REPLACE VIEW public.slow_adult AS SELECT * FROM public.adult "
+                    "WHERE pg_sleep(0.01)::text = ''")  # volatile: run for every row
+        con.execute("GRANT SELECT ON public.slow_adult TO reader")
+    policy = tmp_path / "slow.yaml"
+    policy.write_text(on_postgres(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE),
+                                  pg, {"adult": "public.slow_adult"}))
+    dpsql.init(tmp_path / "slow.duckdb", policy)[0].close()
+    with dpsql.connect(tmp_path / "slow.duckdb", "admin") as admin:
+        job = admin.submit(ReleaseRequest("adult", "independent", "slow", epsilon=1,
+                                          columns=["sex", "age"], rows=10))
+        deadline = time.monotonic() + 30
+        while not _exporting(pg):
+            assert time.monotonic() < deadline, "the export never started"
+            time.sleep(0.05)
+        started = time.monotonic()
+        admin.jobs().cancel(job, "admin")
+        assert time.monotonic() - started < 10  # not the export's 50 s
+        with pytest.raises(ReleaseError, match=r"was cancelled by admin; the charge of .* stays"):
+            admin.jobs().wait(job)
+        state = admin.store.cursor().execute("SELECT state FROM dpsql.jobs").fetchall()
+        assert state == [("cancelled",)]
+        assert admin.store.cursor().execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'released'"
+        ).fetchall() == [(0,)]
+    assert not _exporting(pg)
+
+
+def _exporting(cluster: pgcluster.Cluster) -> bool:
+    """Whether the server runs the export's cursor (DECLARE or FETCH of dpsql_stream)."""
+    with cluster.admin() as con:
+        row = con.execute("SELECT count(*) FROM pg_stat_activity WHERE query LIKE "
+                          "'%dpsql_stream%' AND state = 'active' AND pid <> pg_backend_pid()"
+                          ).fetchone()
+    return bool(row and row[0])
+
+
 def test_policy_refuses_a_password_in_the_dsn(pg: pgcluster.Cluster) -> None:
     raw = yaml.safe_load(BOUNDED_POLICY)
     for dsn in (pg.dsn(password="x"), "postgresql://reader:pw@127.0.0.1/postgres"):
@@ -397,3 +439,4 @@ def test_like_reads_backslash_as_duckdb_does(twins: dict[str, tuple[Path, Path]]
     # DuckDB's LIKE has no escape character; the rendering gives PostgreSQL none either.
     check_identical(twins, "acs", f"SELECT COUNT(*) FROM acs WHERE puma LIKE '{pattern}' OR "
                                   f"puma ILIKE '{pattern}'")
+

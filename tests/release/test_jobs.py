@@ -15,7 +15,8 @@ import pytest
 
 import dpsql
 from dpsql import provenance
-from dpsql.errors import AccessDenied, BudgetExceeded, ReleaseError
+from dpsql.errors import AccessDenied, BudgetExceeded, QueryCanceled, ReleaseError
+from dpsql.interrupt import Interrupter
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import silent
 from dpsql.release import FitSpec, ReleaseRequest, fit_and_sample
@@ -221,7 +222,22 @@ def test_the_exported_source_holds_only_the_release_columns(admin_session, tmp_p
     ctx = admin_session.context()
     charged = prepare(ctx, ReleaseRequest("adult", "independent", "exported", epsilon=0.5,
                                           columns=["sex", "age"]))
-    charged.export(ctx, tmp_path)
+    charged.export(ctx, tmp_path, Interrupter())
     with pa.memory_map(str(tmp_path / SOURCE_FILE)) as source:
         names = pa.ipc.open_file(source).schema.names
     assert names == ["sex", "age"]  # not fnlwgt (hidden), nor the table's other columns
+
+
+def test_an_interrupt_stops_the_export_on_the_store(admin_session, tmp_path):
+    """What a cancel does while a job exports its source: the store's query stops."""
+    from dpsql.release import prepare
+
+    ctx = admin_session.context()
+    charged = prepare(ctx, ReleaseRequest("adult", "independent", "stopped", epsilon=0.5,
+                                          columns=["sex", "age"]))
+    interrupts = Interrupter()
+    with interrupts.statement():
+        interrupts.interrupt()
+        with pytest.raises(QueryCanceled):
+            charged.export(ctx, tmp_path, interrupts)
+    charged.export(ctx, tmp_path, Interrupter())  # the next statement runs
