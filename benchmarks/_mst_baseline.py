@@ -106,13 +106,14 @@ def mst(data: Dataset, rho: float, rows: int, rng) -> tuple[Dataset, list]:
     return model.synthetic_data(rows).decompress(mapping), pairs
 
 
-def workload_error(real: pd.DataFrame, synth: pd.DataFrame, sizes: dict) -> float:
+def workload_error(real: pd.DataFrame, synth: pd.DataFrame, sizes: dict, k: int = 2) -> float:
+    """Mean half-L1 distance of the normalised k-way tables (k = 2: private-pgm's figure)."""
     errs = []
-    for a, b in itertools.combinations(sizes, 2):
+    for columns in itertools.combinations(sizes, k):
         tables = []
         for f in (real, synth):
-            t = np.zeros((sizes[a], sizes[b]))
-            np.add.at(t, (f[a].to_numpy(), f[b].to_numpy()), 1)
+            t = np.zeros(tuple(sizes[c] for c in columns))
+            np.add.at(t, tuple(f[c].to_numpy() for c in columns), 1)
             tables.append(t / t.sum())
         errs.append(0.5 * np.abs(tables[0] - tables[1]).sum())
     return float(np.mean(errs))

@@ -7,8 +7,8 @@ SYNTH is ``aim`` or ``mst`` (snsynth 1.0.8, which estimates with the ``mbi`` pac
 DATA.csv and DOMAIN.json as for ``_mst_baseline.py``. Every column is passed as
 categorical with ``preprocessor_eps=0`` (smartnoise then reads each column's categories
 from the data: not DP, acceptable for a reference). Prints one JSON line: seconds (fit
-and sample of as many rows as the data) and the 2-way workload error, computed as in
-``_mst_baseline.py``.
+and sample of as many rows as the data) and the 2-way and 3-way workload errors, computed
+as in ``_mst_baseline.py``.
 """
 
 import json
@@ -34,7 +34,8 @@ def main(csv: str, domain_json: str, name: str, epsilon: str, delta: str, seed: 
     synthetic = pd.DataFrame(model.sample(len(real)), columns=list(sizes)).astype(np.int64)
     seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds,
-                      "workload_error": workload_error(real, synthetic, sizes)}))
+                      "workload_error": workload_error(real, synthetic, sizes),
+                      "workload_error_3": workload_error(real, synthetic, sizes, 3)}))
 
 
 if __name__ == "__main__":
