@@ -195,6 +195,7 @@ def shell_cmd(db: str, user: str) -> None:
     """
     from dpsql.session import connect
 
+    sigint.install(interactive=True)
     if isinstance(sys.stdin, io.TextIOWrapper):  # bad bytes reach the statement, refused there
         sys.stdin.reconfigure(errors="surrogateescape")
     with connect(db, user) as session:

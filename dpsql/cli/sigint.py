@@ -16,8 +16,17 @@ from typing import Any
 _seen = False
 
 
-def install() -> None:
-    """Remember every Ctrl-C (unless the parent process chose to ignore them)."""
+def install(interactive: bool = False) -> None:
+    """Remember every Ctrl-C (unless the parent process chose to ignore them).
+
+    ``interactive`` (the shell, where Ctrl-C clears the line, as in psql): take
+    Ctrl-C even if the parent ignored or blocked it, since a user at the
+    prompt presses it on purpose.
+    """
+    if interactive:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if signal.getsignal(signal.SIGINT) is not _on_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
         sys.unraisablehook = _quiet(sys.unraisablehook)

@@ -198,11 +198,20 @@ def test_query_file_from_stdin_as_json(store_path: Path) -> None:
     assert "--json means --format json" in both.stderr
 
 
-def test_shell_ctrl_c_clears_the_line_and_ctrl_d_exits_0(store_path: Path,
-                                                         tmp_path: Path) -> None:
+# Started with Ctrl-C ignored and blocked, as a careless parent may leave it: the shell
+# still takes it (psql does too).
+_HOSTILE = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+            "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}); "
+            "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
+@pytest.mark.parametrize("parent", ["plain", "ignoring Ctrl-C"])
+def test_shell_ctrl_c_clears_the_line_and_ctrl_d_exits_0(store_path: Path, tmp_path: Path,
+                                                         parent: str) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
            "DPSQL_HISTORY": str(tmp_path / "history")}
-    with subprocess.Popen([sys.executable, "-m", "dpsql", "shell", "--db", str(store_path),
+    start = [sys.executable] + (["-c", _HOSTILE] if parent != "plain" else [])
+    with subprocess.Popen([*start, "-m", "dpsql", "shell", "--db", str(store_path),
                            "--user", "alice"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, env=env) as shell:
         assert shell.stdin is not None
@@ -215,7 +224,11 @@ def test_shell_ctrl_c_clears_the_line_and_ctrl_d_exits_0(store_path: Path,
             if _read_until(shell.stdout, b"\ndpsql> ", seconds=3):  # a fresh prompt
                 break
         else:
-            pytest.fail("Ctrl-C gave no fresh prompt")
+            status = Path(f"/proc/{shell.pid}/status").read_text()
+            shell.kill()
+            pytest.fail("Ctrl-C gave no fresh prompt; the shell's signals: "
+                        + " ".join(line for line in status.splitlines() if line.startswith("Sig"))
+                        + f"; its stderr: {shell.communicate()[1][-2000:]!r}")
         out, err = shell.communicate(b"SHOW dpsql.ci;\n", timeout=120)  # then Ctrl-D
     assert shell.returncode == 0, err
     assert b"dpsql.ci" in out
