@@ -27,6 +27,7 @@ Readers take no lock: DuckDB gives each cursor a snapshot.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -174,9 +175,11 @@ class _Books:
     oldest first (None: read them again from the table); this module is their only
     writer, and DuckDB lets one process at a time open the file, so a key not here
     is stored nowhere. ``stored_bytes``: their sum.
-    ``answers``: stored answers whose settle is queued on ``writer``, by key.
-    ``writer``: one thread that commits the settles of answered DP queries after
-    the answer is returned (:meth:`Ledger.settle`), in order.
+    ``settles``: the settles of answered DP queries not yet written, in order.
+    The next write transaction writes them before its own rows (one durable
+    commit for both); ``writer``, one thread, writes them after
+    :data:`SETTLE_DELAY_S` when no write comes first (``armed``: it will).
+    ``answers``: the stored answers among ``settles``, by key.
     """
 
     def __init__(self) -> None:
@@ -184,26 +187,61 @@ class _Books:
         self.totals: dict[str, Totals] = {}
         self.stored: dict[str, int] | None = None
         self.stored_bytes = 0
+        self.settles: list[_Settle] = []
         self.answers: dict[str, Sequence[Any]] = {}
         self.writer: ThreadPoolExecutor | None = None
+        self.armed = False
+        self.flush: Callable[[], None] | None = None
+        self.closing = threading.Event()  # wakes the writer early: the store closes
 
-    def queue(self, task: Callable[[], None]) -> None:
-        """Run ``task`` on the writer (caller holds the write lock)."""
+    def queue(self, store: Store, settle: _Settle) -> None:
+        """Write ``settle`` with the next write, or soon (caller holds the write lock)."""
+        self.settles.append(settle)
+        if settle.answer is not None:
+            self.answers[settle.answer[0]] = settle.answer
         if self.writer is None:
             self.writer = ThreadPoolExecutor(1, thread_name_prefix="dpsql-settle")
-        self.writer.submit(_logged, task)
+            self.flush = lambda: settled(store)
+        if not self.armed:
+            self.armed = True
+            self.writer.submit(_logged, lambda: _write_soon(store, self))
 
-    def drain(self) -> None:
-        """Wait until every queued settle has committed (read your own writes)."""
-        writer = self.writer
-        if writer is not None:
-            writer.submit(lambda: None).result()
+    def write(self, cur: duckdb.DuckDBPyConnection) -> list[_Settle]:
+        """Write the queued settles in ``cur``'s transaction; returns them.
+
+        If the transaction does not commit they are queued again (:meth:`undo`);
+        if writing one fails, they are dropped.
+        """
+        settles, self.settles = self.settles, []
+        try:
+            for settle in settles:
+                settle.write(cur)
+            if any(s.answer is not None for s in settles):
+                self.evict(max(s.cache_limit for s in settles), cur)
+        except Exception:  # a bug: dropped, or it would fail every write after it
+            logger.exception("writing queued settles failed; their requests stay open")
+            self.committed(settles)
+            raise
+        return settles
+
+    def committed(self, settles: list[_Settle]) -> None:
+        """``settles`` are durable: their answers are served from the table from now on."""
+        for settle in settles:
+            if settle.answer is not None:
+                self.answers.pop(settle.answer[0], None)
+
+    def undo(self, settles: list[_Settle]) -> None:
+        """A write failed after writing ``settles``: forget what it counted, queue them again."""
+        self.next_id, self.totals, self.stored = None, {}, None
+        self.settles[:0] = settles
 
     def close(self) -> None:
-        """Commit the queued settles (the store calls this before it closes)."""
+        """Write the queued settles (the store calls this before it closes)."""
+        if self.flush is not None:
+            self.flush()
+        self.closing.set()
         if self.writer is not None:
             self.writer.shutdown(wait=True)
-
 
     def take_id(self, cur: duckdb.DuckDBPyConnection) -> int:
         """The next audit id; it counts once the caller's transaction commits."""
@@ -268,28 +306,68 @@ class _Books:
             entry[2].append(cost.units)
 
 
+#: How long an answered query's settle waits for a write to ride with (seconds).
+#: Queries that follow within it share their commit with it; if the process ends
+#: first, the request stays open ("charged"): budget lost, never privacy.
+SETTLE_DELAY_S = 0.05
+
+
+@dataclass(frozen=True)
+class _Settle:
+    """The settle of one answered DP query, waiting for a write transaction."""
+
+    audit_id: int
+    outcome: str
+    reason: str | None
+    answer: Sequence[Any] | None  # the dpsql.query_cache row, unless a twin's is stored
+    cache_limit: int  # the answer cache's limit in bytes, under the request's policy
+
+    def write(self, cur: duckdb.DuckDBPyConnection) -> None:
+        if self.answer is not None:
+            # no twin is stored (Ledger.settle checked, under the write lock)
+            cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        list(self.answer))
+        _close_open(cur, self.audit_id, self.outcome, self.reason)
+
+
 def _logged(task: Callable[[], None]) -> None:
     try:
         task()
-    except Exception:  # the request stays open ("charged"); a repeat is charged again
-        logger.exception("a queued settle failed")
+    except Exception:  # the requests stay open ("charged"); a repeat is charged again
+        logger.exception("writing queued settles failed")
+
+
+def _write_soon(store: Store, books: _Books) -> None:
+    """On the writer thread: the queued settles, unless a write took them first."""
+    books.closing.wait(SETTLE_DELAY_S)
+    with store.lock:
+        books.armed = False
+        if books.settles:
+            with _writing(store):
+                pass
 
 
 @contextmanager
 def _writing(store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Books]]:
     """A write transaction on ``store`` with the ledger's state, under the write lock.
 
+    It first writes the queued settles, so they commit with the caller's rows.
     If it does not commit, the state is read again from the store next time, so
-    an id it took is reused (no gap) and no uncommitted row is counted.
+    an id it took is reused (no gap) and no uncommitted row is counted; the
+    settles are queued again, unless writing them was what failed (a bug: their
+    requests stay open).
     """
     with store.lock:
         books = store.state(_Books)
+        settles: list[_Settle] = []
         try:
             with store.transaction() as cur:
+                settles = books.write(cur)
                 yield cur, books
         except BaseException:
-            books.next_id, books.totals, books.stored = None, {}, None
+            books.undo(settles)
             raise
+        books.committed(settles)
 
 
 def _total(kind: Kind, totals: Totals, src: str, user: str | None) -> PrivacyCost:
@@ -481,44 +559,30 @@ class Ledger:
         """Close the open request ``audit_id`` with its outcome: the one way a request ends.
 
         ``answer``: a ``dpsql.query_cache`` row (:func:`dpsql.query.cache.stored_row`)
-        of an answered DP query. Its settle (the row and the outcome, in one
-        transaction) is queued on the writer thread so the analyst does not wait
-        for a second durable commit; :func:`queued_answer` serves it meanwhile, and
-        :meth:`audit` and closing the store wait for it. If the process ends first,
+        of an answered DP query. Its settle (the row and the outcome) is queued to
+        commit with the next write, the next charge usually, so the analyst does
+        not wait for a second durable commit; :func:`queued_answer` serves it
+        meanwhile, and :meth:`audit` and closing the store write it first (see
+        :data:`SETTLE_DELAY_S` for when no write comes). If the process ends first,
         the request stays open (``charged``) and a repeat is charged again: budget
         lost, never privacy. Returns False, queuing only the outcome, when a
         concurrent twin stored an answer under the same key first (the caller then
         serves the twin's). Without ``answer`` it commits before it returns.
         Settling a request that is not open is a bug.
         """
+        settle = _Settle(audit_id, outcome, None if reason is None else storable(reason[:2000]),
+                         None, int(self.policy.answer_cache_mb * 1e6))
         if answer is None:
-            self._settle(audit_id, outcome, reason, None)
+            with _writing(self.store) as (cur, _):
+                settle.write(cur)
             return True
-        key = answer[0]
         with self.store.lock:
             books = self.store.state(_Books)
-            twin = key in books.stored_answers(self.store.cursor())
+            twin = answer[0] in books.stored_answers(self.store.cursor())
             if not twin:
-                books.keep(key, answer_size(answer), self.store.cursor())
-                books.answers[key] = answer
-            kept = None if twin else answer
-            books.queue(lambda: self._settle(audit_id, outcome, reason, kept))
+                books.keep(answer[0], answer_size(answer), self.store.cursor())
+            books.queue(self.store, replace(settle, answer=None if twin else answer))
         return not twin
-
-    def _settle(self, audit_id: int, outcome: str, reason: str | None,
-                answer: Sequence[Any] | None) -> None:
-        with self.store.lock:
-            with _writing(self.store) as (cur, books):
-                if answer is not None:
-                    cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, "
-                                "?) ON CONFLICT DO NOTHING", list(answer))
-                    books.evict(int(self.policy.answer_cache_mb * 1e6), cur)
-                if not _close(cur, audit_id, outcome,
-                              None if reason is None else storable(reason[:2000])):
-                    raise InternalError(f"request {audit_id} is not open; this is a bug in "
-                                        "dpsql")
-            if answer is not None:  # committed: served from the table from now on
-                books.answers.pop(answer[0], None)
 
     def grant(self, admin: str, user: str, dataset: str, amount: PrivacyCost) -> Budget:
         """Top up ``user`` on ``dataset`` by ``amount`` (admins only); audited.
@@ -542,29 +606,37 @@ class Ledger:
         return self.budget(user, dataset)
 
 
-def _close(cur: duckdb.DuckDBPyConnection, audit_id: int, outcome: str,
-           reason: str | None) -> bool:
-    """Write the settled audit row of open request ``audit_id``; False if it is not open.
+def _close_open(cur: duckdb.DuckDBPyConnection, audit_id: int, outcome: str,
+                reason: str | None) -> None:
+    """Write the settled audit row of open request ``audit_id``.
 
     A charged request's row is made from its charge row (the primary key refuses
-    a second); a ``started`` row is updated.
+    a second); a ``started`` row is updated. A request that is not open is a bug:
+    it raises, and the transaction does not commit.
     """
     try:
         written = cur.execute(f"INSERT INTO dpsql.audit {_UNSETTLED} WHERE c.id = $id",
                               {"outcome": outcome, "reason": reason, "id": audit_id}).fetchone()
     except duckdb.ConstraintException:
-        return False  # its audit row exists: settled already
-    if written and written[0] == 1:
-        return True
-    done = cur.execute(f"UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
-                       f"WHERE id = ? AND outcome IN {OPEN}", [outcome, reason, audit_id]
-                       ).fetchone()
-    return bool(done and done[0] == 1)
+        pass  # its audit row exists: settled already
+    else:
+        if written and written[0] == 1:
+            return
+        done = cur.execute(f"UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
+                           f"WHERE id = ? AND outcome IN {OPEN}", [outcome, reason, audit_id]
+                           ).fetchone()
+        if done and done[0] == 1:
+            return
+    raise InternalError(f"request {audit_id} is not open; this is a bug in dpsql")
 
 
 def settled(store: Store) -> None:
-    """Wait until every settle queued so far has committed (read your own writes)."""
-    store.state(_Books).drain()
+    """Commit every settle queued so far (read your own writes)."""
+    books = store.state(_Books)
+    with store.lock:
+        if books.settles:
+            with _writing(store):
+                pass
 
 
 def answer_stored(store: Store, key: str) -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from dpsql import ledger as ledger_module
 from dpsql.ledger import settled
 from dpsql.privacy import PrivacyCost
 from dpsql.query.answer import run_statement
@@ -131,6 +132,31 @@ def test_a_queued_settle_serves_repeats_and_commits_before_the_store_closes(make
         assert outcome == ("answered",)
         alice.sql("SET dpsql.epsilon = 0.1")
         assert alice.sql(sql).cached
+
+
+def _written_outcome(session: dpsql.Session, audit_id: int) -> str | None:
+    """The outcome committed to ``dpsql.audit`` for ``audit_id`` (None: not written yet)."""
+    row = session.store.cursor().execute(
+        "SELECT outcome FROM dpsql.audit WHERE id = ?", [audit_id]).fetchone()
+    return None if row is None else row[0]
+
+
+def test_an_answered_query_settles_in_the_next_charges_commit(make_store, monkeypatch):
+    # The writer thread waits an hour here, so only a write can commit a settle:
+    # one durable commit per query (issue 29), and the close still writes the last.
+    monkeypatch.setattr(ledger_module, "SETTLE_DELAY_S", 3600)
+    path = make_store(policy_text())
+    with dpsql.connect(path, "alice") as alice:
+        alice.sql("SET dpsql.epsilon = 0.1")
+        first = alice.sql("SELECT race, COUNT(*) FROM adult GROUP BY race")
+        assert _written_outcome(alice, first.audit_id) is None  # queued, not committed
+        assert alice.sql("SELECT race, COUNT(*) FROM adult GROUP BY race").cached
+        second = alice.sql("SELECT sex, COUNT(*) FROM adult GROUP BY sex")
+        assert _written_outcome(alice, first.audit_id) == "answered"  # with second's charge
+        assert _written_outcome(alice, second.audit_id) is None
+        assert [r["outcome"] for r in alice.audit()[-3:]] == ["answered", "cached", "answered"]
+    with dpsql.connect(path, "alice") as alice:  # the close wrote the last settle at once
+        assert _written_outcome(alice, second.audit_id) == "answered"
 
 
 def _cache_bytes(session: dpsql.Session) -> tuple[int, int]:
