@@ -12,7 +12,10 @@ For each synthesizer, epsilon and seed: fit on the bounded source (zCDP, delta
 2-way crosstab cells (dpsql.analysis.fidelity). Prints the mean (and sd over
 seeds) of the 2-way workload error, the median log discrepancy d, and median
 fit and sample times. Synthesizers that refuse (e.g. a joint table too large)
-say why; representations that are not rows (range) are skipped. New
+say why; representations that are not rows (range) are skipped. With
+--coverage M, napsu_mq also draws M copies and reports how often Rubin's-rules
+95% intervals of every 1-way share cover the real share (the issue's coverage
+check, on every dataset of the run). New
 synthesizers appear here by registering (``aim`` and ``mst`` need the synth
 extra). With --reference-mst, the MST script of benchmarks/_mst_baseline.py
 (private-pgm's estimation, numpy noise: a reference, not a release) runs on
@@ -23,6 +26,7 @@ the same codes and rho, and its workload error and time are printed below; with
     python benchmarks/synth_quality.py                  # everything (slow synthesizers too)
     python benchmarks/synth_quality.py --synth independent,joint --seeds 2
     python benchmarks/synth_quality.py --synth napsu_mq --option napsu_mq.inference=laplace
+    python benchmarks/synth_quality.py --datasets adult,acs10 --synth napsu_mq --coverage 10
     python benchmarks/synth_quality.py --datasets adult --epsilons 1 --synth independent,mst,aim \
         --reference-mst
 """
@@ -38,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -52,6 +57,7 @@ from _common import adult10_policy, peak_rss_mb, print_table, readme, shared_dat
 
 import dpsql
 from dpsql import synth
+from dpsql.analysis import rubin
 from dpsql.analysis.fidelity import bootstrap_ideal, fetch_codes, score
 from dpsql.domain import Domain
 from dpsql.errors import DPSQLError
@@ -102,8 +108,14 @@ def build_store(directory: Path, dataset: str, names: list[str]) -> Path:
 
 
 def run_one(name: str, source: Any, domain: Domain, epsilon: float, seed: int,
-            true_codes: np.ndarray, options: dict[str, str]) -> dict[str, Any]:
-    """Fit, sample and score one synthesizer once."""
+            true_codes: np.ndarray, options: dict[str, str], coverage: int = 0
+            ) -> dict[str, Any]:
+    """Fit, sample and score one synthesizer once.
+
+    ``coverage`` > 1: for a synthesizer whose copies are posterior draws
+    (``copies_are_draws``), also the coverage of Rubin's-rules intervals from that
+    many copies (:func:`cell_coverage`).
+    """
     synthesizer = synth.get(name, **options)
     if getattr(synthesizer, "output", "rows") != "rows":
         return {"skip": "counts, not rows: benchmarks/range_queries.py"}
@@ -124,11 +136,52 @@ def run_one(name: str, source: Any, domain: Domain, epsilon: float, seed: int,
         if "cells" in reason:  # keep the size, drop the column list
             reason = reason[reason.index(" has ") + 5:]
         return {"skip": f"refused: {reason}"}
-    codes = np.stack([sample.column(n).to_numpy() for n in domain.names], axis=1)
+    codes = _codes(sample, domain)
     summary = score(true_codes, codes, domain.shape).summary()
-    return {"workload": summary["workload_error"], "median_d": summary["median_d"],
-            "workload3": workload_3way(true_codes, codes, domain.shape),
-            "fit_s": fit_s, "sample_s": sample_s}
+    out = {"workload": summary["workload_error"], "median_d": summary["median_d"],
+           "workload3": workload_3way(true_codes, codes, domain.shape),
+           "fit_s": fit_s, "sample_s": sample_s}
+    if coverage > 1 and name in COPIES_ARE_DRAWS:
+        copies = [codes] + [_codes(fitted.sample(int(fitted.rows), rng), domain)
+                            for _ in range(coverage - 1)]
+        out["coverage"] = cell_coverage(true_codes, copies, domain.shape)
+    return out
+
+
+#: synthesizers whose copies are independent posterior draws (Rubin's rules apply)
+COPIES_ARE_DRAWS = ("napsu_mq",)
+
+
+def _codes(sample: Any, domain: Domain) -> np.ndarray:
+    return np.stack([sample.column(n).to_numpy() for n in domain.names], axis=1)
+
+
+def cell_coverage(true_codes: np.ndarray, copies: list[np.ndarray], shape: tuple[int, ...]
+                  ) -> tuple[float, int, int]:
+    """How often Rubin's-rules 95% intervals from ``copies`` cover the real 1-way shares.
+
+    Every cell of every column is one estimand: its share of rows, estimated in
+    each copy with the binomial variance p(1 - p) / n, combined with
+    dpsql.analysis.rubin.combine. Returns (coverage, cells, unreliable cells).
+    """
+    n = len(true_codes)
+    hits, unreliable = [], 0
+    for column, size in enumerate(shape):
+        truth = np.bincount(true_codes[:, column] + 1, minlength=size + 1) / n
+        shares = np.array([np.bincount(c[:, column] + 1, minlength=size + 1) / len(c)
+                           for c in copies])
+        for cell in range(size + 1):
+            if truth[cell] == 0 and not shares[:, cell].any():
+                continue  # an empty cell everywhere: nothing to estimate
+            estimates = shares[:, cell]
+            variances = estimates * (1 - estimates) / np.array([len(c) for c in copies])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", rubin.RubinWarning)
+                combined = rubin.combine(estimates, variances,
+                                         rows_ratio=float(np.mean([len(c) for c in copies])) / n)
+            unreliable += combined.unreliable
+            hits.append(combined.ci_low <= truth[cell] <= combined.ci_high)
+    return float(np.mean(hits)), len(hits), unreliable
 
 
 def workload_3way(true_codes: np.ndarray, codes: np.ndarray, shape: tuple[int, ...]) -> float:
@@ -154,6 +207,9 @@ def main() -> None:
                         help="also run benchmarks/_mst_baseline.py (needs mbi)")
     parser.add_argument("--reference-snsynth", default="", metavar="aim,mst",
                         help=f"also run smartnoise-synth's AIM and/or MST (from {SNSYNTH})")
+    parser.add_argument("--coverage", type=int, default=0, metavar="COPIES",
+                        help="also check napsu_mq's 95%% Rubin intervals of every 1-way share "
+                        "against the real data, from this many copies (e.g. 10)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     names = args.synth.split(",") if args.synth else synth.available()
@@ -190,7 +246,7 @@ def main() -> None:
                     rows_only = getattr(synth.get(name), "output", "rows") == "rows"
                     for epsilon in epsilons if dp and rows_only else [epsilons[0]]:
                         results = [run_one(name, source, domain, epsilon, seed, true,
-                                           options.get(name, {}))
+                                           options.get(name, {}), args.coverage)
                                    for seed in range(args.seeds)]
                         label = name + "".join(f" {k}={v}" for k, v in
                                                options.get(name, {}).items())
@@ -289,7 +345,10 @@ def _row(dataset: str, name: str, epsilon: float | None, results: list[dict[str,
         else "-"
     row["sample_s"] = statistics.median(r["sample_s"] for r in results) \
         if "sample_s" in results[0] else "-"
-    row["note"] = ""
+    covered = [r["coverage"] for r in results if "coverage" in r]
+    row["note"] = "" if not covered else (
+        f"95% coverage of 1-way shares {statistics.fmean(c[0] for c in covered):.2f} "
+        f"({covered[0][1]} cells, {covered[0][2]} unreliable; target 0.95)")
     return row
 
 

@@ -89,3 +89,38 @@ def test_partition_selection_quick_mode_prints_its_figures() -> None:
     assert result.returncode == 0, result.stderr
     assert re.search(r"README: partition selection INDP eps=1.0: keys [\d.]+ vs [\d.]+ of \d+",
                      result.stdout)
+
+
+def test_synth_quality_coverage_check_is_near_95_for_posterior_copies_only() -> None:
+    # Copies made as NAPSU-MQ makes them (a posterior draw of the shares, then rows
+    # from it) must be covered about 95% of the time; copies of a wrong distribution
+    # must not (30 copies: with few, the intervals' own df is small and they are wide).
+    # Fixed seeds: deterministic; with fresh seeds, 20 cells x 10 repeats
+    # put the first mean outside [0.85, 1] far less than once in 10^4.
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from synth_quality import cell_coverage
+
+    rng = np.random.default_rng(7)
+    shape, n = (8, 12), 3000
+    probs = [rng.dirichlet(np.ones(k) * 2) for k in shape]
+    true = np.stack([rng.choice(k, n, p=p) for k, p in zip(shape, probs, strict=True)], axis=1)
+
+    def copies(shift: float) -> list[np.ndarray]:
+        out = []
+        for _ in range(30):
+            columns = []
+            for col, k in enumerate(shape):
+                counts = np.bincount(true[:, col], minlength=k)
+                drawn = rng.dirichlet(counts + 1)
+                drawn = np.roll(drawn, 1) * shift + drawn * (1 - shift)
+                columns.append(rng.choice(k, n, p=drawn / drawn.sum()))
+            out.append(np.stack(columns, axis=1))
+        return out
+
+    right = [cell_coverage(true, copies(0.0), shape) for _ in range(10)]
+    assert right[0][1] == sum(shape)
+    assert 0.85 <= float(np.mean([r[0] for r in right])) <= 1.0
+    wrong = [cell_coverage(true, copies(1.0), shape) for _ in range(5)]  # shares moved a cell
+    assert float(np.mean([w[0] for w in wrong])) < 0.6
