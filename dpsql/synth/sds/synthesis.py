@@ -520,24 +520,32 @@ class Synthesizer:
         alive = np.ones(len(extend), dtype=bool)
         if not subsets:
             return alive
-        sequence = batch.sequence[owner, :largest]
-        values = np.full((len(extend), len(subsets)), np.nan)
-        for j, subset in enumerate(subsets):
-            member = [sequence[:, s] for s in subset]
+        pad = -np.inf if self.descending else np.inf
+        kth = state.top[extend, -1]  # a new value enters the kept extremes only past this one
+        enters = np.zeros(len(extend), dtype=bool)
+        columns = []
+        for subset in subsets:
+            member = [batch.sequence[owner, s] for s in subset]
             # the record holds the subset; elsewhere the look-up reads a stray cell, unused
             holds = size > subset[-1] if subset else np.ones(len(extend), dtype=bool)
             value = weights.value([cand, x, *member], complete=holds)
-            values[:, j] = np.where(holds, value, np.nan)
+            column = np.where(holds, value, pad)
+            columns.append(column)
+            enters |= column > kth if self.descending else column < kth
             alive &= ~holds | (value > 0)
             whole = holds & (size == len(subset)) & (size + 2 <= length)
             state.direct[extend[whole]] = value[whole]
-        live = extend[alive]
-        values = values[alive]
-        seen = ~np.isnan(values)
-        pad = -np.inf if self.descending else np.inf
-        merged = np.sort(np.concatenate([state.top[live], np.where(seen, values, pad)], axis=1),
-                         axis=1)
-        state.top[live] = merged[:, ::-1][:, :self.keep] if self.descending else \
+        state.count[extend] += self._new_subsets(length)[size]
+        merge = np.flatnonzero(enters & alive)
+        at = extend[merge]
+        merged = np.sort(np.concatenate([state.top[at], np.stack([c[merge] for c in columns],
+                                                                 axis=1)], axis=1), axis=1)
+        state.top[at] = merged[:, ::-1][:, :self.keep] if self.descending else \
             merged[:, :self.keep]
-        state.count[live] += seen.sum(axis=1)
         return alive
+
+    def _new_subsets(self, length: int) -> np.ndarray:
+        """By record size: how many sub-combinations a step adds to a pair (|T| <= length - 2)."""
+        sizes = np.arange(self.items.columns + 1)
+        return np.array([sum(math.comb(int(m), s) for s in range(max(length - 1, 0)))
+                         for m in sizes], dtype=np.int64)
