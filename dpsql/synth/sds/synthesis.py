@@ -266,6 +266,21 @@ def _over_allowance(chosen: np.ndarray, allowance: np.ndarray,
     return wait
 
 
+def _insert(top: np.ndarray, values: list[np.ndarray], descending: bool) -> np.ndarray:
+    """Merge ``values`` (one array per new value) into each row's kept extremes ``top``.
+
+    ``top`` is sorted (largest first when ``descending``) and keeps its width:
+    each new value bubbles down the row by compare-exchange, a few whole-column
+    operations instead of a sort of every row.
+    """
+    kept = [top[:, i] for i in range(top.shape[1])]
+    better, worse = (np.maximum, np.minimum) if descending else (np.minimum, np.maximum)
+    for carry in values:
+        for i, current in enumerate(kept):
+            kept[i], carry = better(current, carry), worse(current, carry)
+    return np.stack(kept, axis=1)
+
+
 @dataclass(frozen=True)
 class _Pairs:
     """(record, candidate item) pairs still open, sorted by record, with their weight state.
@@ -538,10 +553,7 @@ class Synthesizer:
         state.count[extend] += self._new_subsets(length)[size]
         merge = np.flatnonzero(enters & alive)
         at = extend[merge]
-        merged = np.sort(np.concatenate([state.top[at], np.stack([c[merge] for c in columns],
-                                                                 axis=1)], axis=1), axis=1)
-        state.top[at] = merged[:, ::-1][:, :self.keep] if self.descending else \
-            merged[:, :self.keep]
+        state.top[at] = _insert(state.top[at], [c[merge] for c in columns], self.descending)
         return alive
 
     def _new_subsets(self, length: int) -> np.ndarray:
