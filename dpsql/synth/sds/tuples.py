@@ -90,9 +90,12 @@ class TupleSpace:
         Returns keys (records x sets, in the order of ``column_sets``; EMPTY codes
         make garbage keys) and which tuples are full (no empty cell).
         """
-        sub = codes[:, self.column_sets]  # records x sets x k
-        full = np.all(sub != EMPTY, axis=2)
-        keys = self.offsets[None, :] + (sub * self.strides[None, :, :]).sum(axis=2)
+        keys = np.repeat(self.offsets[None, :], len(codes), axis=0)
+        full = np.ones(keys.shape, dtype=bool)
+        for j in range(self.k):  # one column of each set at a time: no records x sets x k array
+            sub = codes[:, self.column_sets[:, j]]
+            keys += sub * self.strides[:, j]
+            full &= sub != EMPTY
         return keys, full
 
     def item_keys(self, items: Items, tuples: np.ndarray) -> np.ndarray:
