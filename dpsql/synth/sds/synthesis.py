@@ -85,6 +85,7 @@ class Weights:
         self.quotas = use_synthetic_counts  # whether weights subtract the synthetic counts now
         self.counts = [np.append(lv.table.values.astype(np.float64), 0.0) for lv in levels]
         self.used = [np.zeros(len(lv.table) + 1) for lv in levels]
+        self.remaining = [c * scale for c in self.counts]  # count * scale - used, per position
         self.single = (levels[0].table.get(np.arange(items.count)).astype(np.float64)
                        if levels else np.zeros(items.count))
         # k -> item^k array of table positions, filled in every order of a tuple's items
@@ -117,7 +118,7 @@ class Weights:
             pos[at] = self.positions(np.sort(tuples, axis=-1))
         if not (self.use_synthetic and self.quotas):
             return self.counts[k - 1][pos]
-        return self.counts[k - 1][pos] * self.scale - self.used[k - 1][pos]
+        return self.remaining[k - 1][pos]
 
     def pair_counts(self, anchors: np.ndarray, cand: np.ndarray) -> np.ndarray:
         """Released counts of the pairs (anchors[i], cand[j]), 0 where not released."""
@@ -144,6 +145,7 @@ class Weights:
                 hit = pos[pos >= 0]
                 used = self.used[level.k - 1]
                 used[:-1] += np.bincount(hit, minlength=len(used) - 1)
+                self.remaining[level.k - 1] = self.counts[level.k - 1] * self.scale - used
         if self.use_synthetic:
             outside &= checked
         return int(outside.sum())
@@ -226,7 +228,7 @@ def _kept(q: float, longest: int) -> tuple[int, bool]:
     sizes = np.arange(1, longest + 1)
     lo = np.floor(q * (sizes - 1)).astype(np.int64)
     if q >= 0.5:
-        return int((sizes - lo).max()) + 1, True
+        return int((sizes - lo).max()), True
     return int(lo.max()) + 2, False
 
 
@@ -536,8 +538,6 @@ class Synthesizer:
         if not subsets:
             return alive
         pad = -np.inf if self.descending else np.inf
-        kth = state.top[extend, -1]  # a new value enters the kept extremes only past this one
-        enters = np.zeros(len(extend), dtype=bool)
         columns = []
         for subset in subsets:
             member = [batch.sequence[owner, s] for s in subset]
@@ -546,14 +546,11 @@ class Synthesizer:
             value = weights.value([cand, x, *member], complete=holds)
             column = np.where(holds, value, pad)
             columns.append(column)
-            enters |= column > kth if self.descending else column < kth
             alive &= ~holds | (value > 0)
             whole = holds & (size == len(subset)) & (size + 2 <= length)
             state.direct[extend[whole]] = value[whole]
         state.count[extend] += self._new_subsets(length)[size]
-        merge = np.flatnonzero(enters & alive)
-        at = extend[merge]
-        state.top[at] = _insert(state.top[at], [c[merge] for c in columns], self.descending)
+        state.top[extend] = _insert(state.top[extend], columns, self.descending)
         return alive
 
     def _new_subsets(self, length: int) -> np.ndarray:
