@@ -541,14 +541,18 @@ class Synthesizer:
         columns = []
         for subset in subsets:
             member = [batch.sequence[owner, s] for s in subset]
-            # the record holds the subset; elsewhere the look-up reads a stray cell, unused
-            holds = size > subset[-1] if subset else np.ones(len(extend), dtype=bool)
-            value = weights.value([cand, x, *member], complete=holds)
-            column = np.where(holds, value, pad)
-            columns.append(column)
-            alive &= ~holds | (value > 0)
-            whole = holds & (size == len(subset)) & (size + 2 <= length)
-            state.direct[extend[whole]] = value[whole]
+            if subset:  # the record holds it; elsewhere the look-up reads a stray cell, unused
+                holds = size > subset[-1]
+                value = weights.value([cand, x, *member], complete=holds)
+                columns.append(np.where(holds, value, pad))
+                alive &= ~holds | (value > 0)
+            else:
+                value = weights.value([cand, x])
+                columns.append(value)
+                alive &= value > 0
+            if subset == tuple(range(len(subset))):  # the whole record, when its size is that
+                whole = size == len(subset)
+                state.direct[extend[whole]] = value[whole]
         state.count[extend] += self._new_subsets(length)[size]
         state.top[extend] = _insert(state.top[extend], columns, self.descending)
         return alive
