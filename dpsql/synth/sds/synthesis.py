@@ -273,14 +273,23 @@ def _insert(top: np.ndarray, values: list[np.ndarray], descending: bool) -> np.n
 
     ``top`` is sorted (largest first when ``descending``) and keeps its width:
     each new value bubbles down the row by compare-exchange, a few whole-column
-    operations instead of a sort of every row.
+    operations instead of a sort of every row. Position by position, so that
+    each position is final once its column is written.
     """
-    kept = [top[:, i] for i in range(top.shape[1])]
+    out = np.empty_like(top)
     better, worse = (np.maximum, np.minimum) if descending else (np.minimum, np.maximum)
-    for carry in values:
-        for i, current in enumerate(kept):
-            kept[i], carry = better(current, carry), worse(current, carry)
-    return np.stack(kept, axis=1)
+    carries = list(values)
+    last = top.shape[1] - 1
+    for i in range(top.shape[1]):
+        current = top[:, i]
+        for j, carry in enumerate(carries):
+            kept = better(current, carry, out=out[:, i] if j == len(carries) - 1 else None)
+            if i < last:
+                carries[j] = worse(current, carry)
+            current = kept
+        if not carries:
+            out[:, i] = current
+    return out
 
 
 @dataclass(frozen=True)
