@@ -243,6 +243,8 @@ def _chunks(n: int, width: int) -> list[slice]:
 def _positions(rows: np.ndarray, items: Items, table: TupleTable) -> np.ndarray:
     """Table position of each record's tuple on each column set (-1: empty or no candidate)."""
     keys, full = table.space.record_keys(items.to_codes(rows))
+    if full.all():
+        return table.find(keys)
     out = np.full(full.shape, -1, dtype=np.int64)
     out[full] = table.find(keys[full])
     return out
