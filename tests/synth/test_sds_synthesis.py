@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from itertools import combinations
 
 import numpy as np
@@ -11,12 +12,13 @@ import pytest
 
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta
-from dpsql.synth.sds import SDS, FittedSDS
+from dpsql.synth.sds import SDS, FittedSDS, synthesis
 from dpsql.synth.sds.synthesis import (
     Options,
     Synthesizer,
     Weights,
     _Batch,
+    _insert,
     _kept,
     _percentile,
     dependence,
@@ -147,6 +149,50 @@ def test_synthetic_counts_match_the_records(fitted: FittedSDS) -> None:
                 counts[combo] = counts.get(combo, 0) + 1
         for position, tup in enumerate(map(tuple, level.rows.tolist())):
             assert used[position] == counts.get(tup, 0)
+
+
+def test_weights_read_the_counts_left_after_finished_records(fitted: FittedSDS) -> None:
+    """With synthetic counts a tuple weighs count * scale minus what finished records used."""
+    synth = sampler(fitted, True)
+    weights = Weights(fitted.items, fitted.aggregates.levels, 0.5, True)
+    batch = _Batch.empty(300, fitted.items.columns)
+    synth._grow(batch, synth.length, weights, weights.single.copy(), np.random.default_rng(1),
+                True)
+    weights.finish(batch.record, np.zeros(300, dtype=bool))
+    for level, used in zip(fitted.aggregates.levels, weights.used, strict=True):
+        assert used.sum() > 0
+        got = weights.value([level.rows[:, j] for j in range(level.k)])
+        np.testing.assert_array_equal(got, level.table.values * 0.5 - used[:-1])
+
+
+@pytest.mark.parametrize("descending", [True, False], ids=["largest", "smallest"])
+def test_inserting_into_the_kept_extremes_equals_a_sort(descending: bool) -> None:
+    """The compare-exchange merge keeps exactly what sorting each row would, pads and ties too."""
+    rng = np.random.default_rng(8)
+    pad = -np.inf if descending else np.inf
+    rows, keep = 400, 4
+    top = np.where(rng.random((rows, keep)) < 0.2, pad, rng.integers(-3, 9, (rows, keep)))
+    top = -np.sort(-top, axis=1) if descending else np.sort(top, axis=1)
+    values = [np.where(rng.random(rows) < 0.3, pad, rng.integers(-3, 9, rows)).astype(float)
+              for _ in range(5)]
+    for new in (values, values[:1], []):
+        merged = np.sort(np.concatenate([top, np.array(new).T.reshape(rows, -1)], axis=1),
+                         axis=1)
+        want = merged[:, ::-1][:, :keep] if descending else merged[:, :keep]
+        np.testing.assert_array_equal(_insert(top, new, descending), want)
+
+
+@pytest.mark.parametrize("percentile", [95, 50, 5])
+def test_keeping_more_extremes_samples_the_same_records(fitted: FittedSDS, monkeypatch,
+                                                        percentile: int) -> None:
+    """The kept width is enough: a wider state reads the same percentiles, draws the same."""
+    config = replace(fitted.config, weight_selection_percentile=percentile)
+    model = FittedSDS(config, fitted.domain, fitted.items, fitted.aggregates)
+    narrow = model.sample(1500, np.random.default_rng(4))
+    kept = synthesis._kept
+    monkeypatch.setattr(synthesis, "_kept", lambda q, longest: (kept(q, longest)[0] + 3,
+                                                                kept(q, longest)[1]))
+    assert model.sample(1500, np.random.default_rng(4)).equals(narrow)
 
 
 # --------------------------------------------------------------------------- the weights
