@@ -57,6 +57,14 @@ def test_scale_runs_in_a_quick_mode() -> None:
     assert re.search(r"sds +20,000 rows: +[\d.]+ s +\(load [\d.]+\)", result.stdout)
     assert re.search(r"README: init peak memory \d+ MB vs plain DuckDB \d+ MB at 20,000 rows; "
                      r"sds [\d.]+ s at 20,000 rows", result.stdout)
+    assert re.search(r"sds +20,000 rows, run 0: fit +[\d.]+ s, sample +[\d.]+ s +\(load",
+                     result.stdout)
+    only = subprocess.run(
+        [sys.executable, "benchmarks/scale.py", "--skip-init", "--sds-rows", "20000",
+         "--sds-runs", "1"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert only.returncode == 0, only.stderr
+    assert "init" not in only.stdout
+    assert re.search(r"README: sds [\d.]+ s at 20,000 rows", only.stdout)
 
 
 def test_sql_breadth_quick_mode_prints_its_figures() -> None:
