@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="runs of each init")
     parser.add_argument("--sds-runs", type=int, default=3, help="runs of each sds release")
     parser.add_argument("--skip-init", action="store_true", help="measure sds only")
+    parser.add_argument("--skip-sds", action="store_true", help="measure init only")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -138,6 +139,8 @@ def main() -> None:
             ours, plain = peaks[rows]["dpsql"], peaks[rows]["duckdb"]
             print(f"init {rows:>11,} rows: dpsql {ours:7.0f} MB, plain DuckDB {plain:7.0f} MB, "
                   f"ratio {ours / plain:.2f}x  ({load()})", flush=True)
+        if args.skip_sds:
+            return
         big = sds_seconds(args.sds_rows, args.sds_runs, workdir)
         print(f"sds {args.sds_rows:>12,} rows: {big:6.1f} s  ({load()})", flush=True)
         small = sds_seconds(ADULT_ROWS, args.sds_runs, workdir)

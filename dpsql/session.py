@@ -19,7 +19,7 @@ from dpsql.ledger import Budget, Ledger, apply_policy
 from dpsql.policy import Dataset, Policy, User
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.query.engine import Links
-from dpsql.store import Store, check_identifier
+from dpsql.store import IMPORT_MEMORY_LIMIT, Store, check_identifier
 
 if TYPE_CHECKING:
     from dpsql.context import Context
@@ -284,7 +284,7 @@ def init(path: str | Path, policy: Policy | str | Path,
     admins = [u.name for u in policy.users.values() if u.role == "admin"]
     actor = admin or admins[0]
     target = Path(path)
-    store = Store.open(target, create=True)
+    store = Store.open(target, create=True, memory_limit=IMPORT_MEMORY_LIMIT)
     try:
         notes: list[str] = []
         audited: list[str] = []
@@ -297,7 +297,8 @@ def init(path: str | Path, policy: Policy | str | Path,
             def prepare(cur: Any, rows: str, types: Mapping[str, str],
                         checked: list[Dataset] = checked) -> None:
                 for ds in checked:
-                    notes.extend(summary(settle(cur, rows, ds, types, outside), outside))
+                    notes.extend(summary(settle(cur, rows, ds, types, outside, fresh=True),
+                                         outside))
 
             renames = store.import_table(table, file, na=na, normalize=normalize, bounds=bounds,
                                          prepare=prepare)
@@ -311,9 +312,10 @@ def init(path: str | Path, policy: Policy | str | Path,
             Ledger(store, policy).record(actor, name, f"domain check of table "
                                          f"{policy.datasets[name].table} at import", "read",
                                          DOMAIN_READ, action="domain_check")
-        return store, notes
     except BaseException:
         store.close()
         for leftover in (target, Path(str(target) + ".wal")):
             leftover.unlink(missing_ok=True)
         raise
+    store.close()  # reopened without the import's memory cap, for whatever comes next
+    return Store.open(target), notes
