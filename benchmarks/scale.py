@@ -3,9 +3,15 @@
 Init: the full Adult file replicated to each of ``--rows`` rows (10 and 50 million
 by default) as Parquet under a temporary directory, imported by ``dpsql init``
 (the CLI, with the Adult policy of the SDS benchmarks) and by plain DuckDB
-(``CREATE TABLE AS SELECT * FROM read_parquet``, in Python), interleaved, each
-in a fresh process; the peak resident memory of that process (``getrusage`` of
-the children, read by a small wrapper process per run), median of ``--runs``.
+(``CREATE TABLE AS SELECT * FROM read_parquet`` with DuckDB's default settings,
+in a ``python -c`` process), interleaved, each in a fresh process; the peak
+resident memory of that process (``getrusage`` of the children, read by a small
+wrapper process per run), median of ``--runs``. Both figures include a Python
+interpreter and its imports: printed beside them, the peak of a process that only
+imports what each needs (dpsql's CLI and session; duckdb), and plain DuckDB's
+import under dpsql's import memory limit (:data:`dpsql.store.IMPORT_MEMORY_LIMIT`):
+DuckDB caches every block it writes up to its limit (80% of RAM by default), so
+plain DuckDB's default figure grows with rows and dpsql's does not.
 
 SDS: fit and sample (as many records as the source) on Adult replicated to
 ``--sds-rows`` rows (1 million by default) and on Adult itself (48,842 rows),
@@ -14,7 +20,7 @@ epsilon 1, delta 1e-6, in this process, median of ``--sds-runs``.
 Each figure is printed with the host's load average (1 minute) beside it.
 
     python benchmarks/scale.py [--rows 10000000,50000000] [--sds-rows 1000000]
-                               [--runs 3] [--sds-runs 3] [--skip-init]
+                               [--runs 3] [--sds-runs 3] [--skip-init | --skip-sds]
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import dpsql
 from dpsql.domain import Domain
 from dpsql.privacy import rho_from_epsilon_delta
 from dpsql.source import bounded_relation
+from dpsql.store import IMPORT_MEMORY_LIMIT
 from dpsql.synth import get
 
 ADULT_ROWS = 48_842
@@ -43,7 +50,7 @@ ADULT_ROWS = 48_842
 PEAK = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
         "stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 PLAIN = """import duckdb, sys
-con = duckdb.connect(sys.argv[1])
+con = duckdb.connect(sys.argv[1], config=dict(memory_limit=sys.argv[3]) if sys.argv[3:] else {})
 con.execute("SET enable_progress_bar = false")
 con.execute(f"CREATE TABLE adult AS SELECT * FROM read_parquet('{sys.argv[2]}')")
 """
@@ -75,18 +82,25 @@ def peak_mb(command: list[str]) -> float:
 
 
 def init_peaks(rows: int, runs: int, workdir: Path) -> dict[str, float]:
-    """Median peak memory of ``dpsql init`` and of plain DuckDB importing ``rows`` rows."""
+    """Median peak memory (MB) of ``dpsql init`` and of plain DuckDB importing ``rows`` rows,
+    of plain DuckDB under dpsql's import memory limit, and of each one's imports alone."""
     data = replicate(rows, workdir / f"adult_{rows}.parquet")
     policy = workdir / "adult.yaml"
     policy.write_text(adult10_policy("{epsilon: 10}"))
     cli = Path(sys.executable).with_name("dpsql")
-    peaks: dict[str, list[float]] = {"dpsql": [], "duckdb": []}
+    peaks: dict[str, list[float]] = {"dpsql": [], "duckdb": [], "duckdb capped": [],
+                                     "dpsql imports": [], "duckdb imports": []}
     for run in range(runs):
-        store = workdir / f"store_{run}.duckdb"
+        store, plain = workdir / f"store_{run}.duckdb", workdir / f"plain_{run}.duckdb"
         peaks["dpsql"].append(peak_mb([str(cli), "init", str(store), "--policy", str(policy),
                                         "--import", f"adult={data}"]))
-        plain = workdir / f"plain_{run}.duckdb"
         peaks["duckdb"].append(peak_mb([sys.executable, "-c", PLAIN, str(plain), str(data)]))
+        plain.unlink()
+        peaks["duckdb capped"].append(peak_mb([sys.executable, "-c", PLAIN, str(plain),
+                                               str(data), IMPORT_MEMORY_LIMIT]))
+        peaks["dpsql imports"].append(peak_mb([sys.executable, "-c",
+                                               "import dpsql.cli, dpsql.session"]))
+        peaks["duckdb imports"].append(peak_mb([sys.executable, "-c", "import duckdb"]))
         for leftover in (store, plain):
             leftover.unlink()
     data.unlink()
@@ -138,7 +152,10 @@ def main() -> None:
             peaks[rows] = init_peaks(rows, args.runs, workdir)
             ours, plain = peaks[rows]["dpsql"], peaks[rows]["duckdb"]
             print(f"init {rows:>11,} rows: dpsql {ours:7.0f} MB, plain DuckDB {plain:7.0f} MB, "
-                  f"ratio {ours / plain:.2f}x  ({load()})", flush=True)
+                  f"ratio {ours / plain:.2f}x  ({load()})\n"
+                  f"    imports alone: dpsql {peaks[rows]['dpsql imports']:.0f} MB, duckdb "
+                  f"{peaks[rows]['duckdb imports']:.0f} MB; plain DuckDB with memory_limit "
+                  f"{IMPORT_MEMORY_LIMIT}: {peaks[rows]['duckdb capped']:.0f} MB", flush=True)
         if args.skip_sds:
             return
         big = sds_seconds(args.sds_rows, args.sds_runs, workdir)

@@ -185,3 +185,23 @@ def test_a_clamp_that_would_break_an_enforced_check_refuses_and_changes_nothing(
             admin.apply_policy(far, outside="clamp")
         assert admin.policy.fingerprint == first
     assert _rows(db, "SELECT max(age) FROM adult") == _rows_of_file("SELECT max(age)")
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["delete", "copy_kept_rows"])
+def test_drop_keeps_rows_whose_value_is_null_or_inside(fresh: bool) -> None:
+    """An import drops by copying the rows kept (``fresh``), a policy apply by DELETE: both
+    keep exactly the rows no predicate holds for (a NULL number is not outside)."""
+    from dpsql.outside import settle
+    from dpsql.policy import Policy
+
+    policy = Policy.from_text(ADULT_POLICY.read_text().replace(AGE, "      age: {type: integer, "
+                                                               "bounds: [0, 60], bins: 10}"))
+    dataset = next(ds for ds in policy.datasets.values() if ds.table == "adult")
+    con = duckdb.connect()
+    con.execute("CREATE TABLE adult AS SELECT * FROM (VALUES (30, 0), (NULL, 1), (70, 2), "
+                "(60, 3)) v(age, race)")
+    found = settle(con, "adult", dataset, {"age": "INTEGER", "race": "INTEGER"}, "drop",
+                   fresh=fresh)
+    assert [(o.column, o.rows) for o in found] == [("age", 1)]
+    assert con.execute("SELECT age, race FROM adult ORDER BY race").fetchall() == [
+        (30, 0), (None, 1), (60, 3)]

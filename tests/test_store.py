@@ -12,7 +12,7 @@ import pytest
 import dpsql
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.policy import Policy
-from dpsql.store import SCHEMA_VERSION, Store, normalize_name
+from dpsql.store import IMPORT_MEMORY_LIMIT, SCHEMA_VERSION, Store, normalize_name
 
 from .conftest import ADULT_POLICY, ADULT_SAMPLE, policy_text
 
@@ -201,3 +201,58 @@ def test_policy_history_keeps_every_version(admin, tmp_path):
     history = admin.store.policy_history()
     assert [h["version"] for h in history] == [1, 2]
     assert admin.policy.users["alice"].budgets["adult"] == admin.cost(epsilon=3)
+
+
+def test_init_hands_back_a_store_without_the_import_memory_limit(tmp_path):
+    setting = "SELECT current_setting('memory_limit')"
+    with duckdb.connect(config={"memory_limit": IMPORT_MEMORY_LIMIT}) as capped:
+        import_limit = capped.execute(setting).fetchone()
+    store, _ = dpsql.init(tmp_path / "s.duckdb", ADULT_POLICY, {"adult": ADULT_SAMPLE})
+    with store:
+        assert store.cursor().execute(setting).fetchone() != import_limit
+
+
+# Prints the peak resident memory (kB) of the command it runs (a fresh wrapper process
+# each time: RUSAGE_CHILDREN keeps the largest child a process ever waited for).
+PEAK = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+        "capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+WIDE = """version: 1
+accounting: zcdp
+delta: 1.0e-6
+datasets:
+  wide:
+    table: wide
+    budget: {epsilon: 1}
+    columns:
+      v: {type: integer, bounds: [0, 49]}
+      a: {type: hidden}
+      b: {type: hidden}
+users:
+  admin: {role: admin, budgets: {wide: {epsilon: 1}}}
+"""
+
+
+@pytest.mark.slow
+def test_init_memory_does_not_grow_with_rows(tmp_path):
+    """Peak memory of ``dpsql init`` at 3M and 9M random (incompressible) rows, half of them
+    dropped as outside, scattered. Both fill the import's memory limit (24 bytes a row);
+    without it DuckDB's cache of written blocks alone would grow by ~140 MB, and deleting
+    the rows would hold ~300 MB more (or fail under the limit)."""
+    policy = tmp_path / "wide.yaml"
+    policy.write_text(WIDE)
+    peaks = []
+    for rows in (3_000_000, 9_000_000):
+        data = tmp_path / f"wide_{rows}.parquet"
+        duckdb.sql(f"COPY (SELECT hash(range) % 100 AS v, hash(range + 1) AS a, "
+                   f"hash(range + 2) AS b FROM range({rows})) TO '{data}' (FORMAT parquet)")
+        store = tmp_path / f"wide_{rows}.duckdb"
+        out = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-m", "dpsql", "init",
+                              str(store), "--policy", str(policy), "--import", f"wide={data}",
+                              "--outside", "drop"], capture_output=True, text=True, check=True)
+        peaks.append(int(out.stdout.split()[-1]) / 1024)
+        with duckdb.connect(str(store), read_only=True) as con:
+            assert con.execute("SELECT count(*) FILTER (WHERE v >= 50), count(*) "
+                               "FROM wide").fetchone()[0] == 0
+        data.unlink()
+        store.unlink()
+    assert peaks[1] - peaks[0] < 30, f"peak {peaks[0]:.0f} MB at 3M rows, {peaks[1]:.0f} at 9M"
