@@ -9,7 +9,7 @@ resident memory of that process (``getrusage`` of the children, read by a small
 wrapper process per run), median of ``--runs``. Both figures include a Python
 interpreter and its imports: printed beside them, the peak of a process that only
 imports what each needs (dpsql's CLI and session; duckdb), and plain DuckDB's
-import under dpsql's import memory limit (:data:`dpsql.store.IMPORT_MEMORY_LIMIT`):
+import under dpsql's import limits (:data:`dpsql.store.IMPORT_LIMITS`, 64 MB, one thread):
 DuckDB caches every block it writes up to its limit (80% of RAM by default), so
 plain DuckDB's default figure grows with rows and dpsql's does not.
 
@@ -42,15 +42,16 @@ import dpsql
 from dpsql.domain import Domain
 from dpsql.privacy import rho_from_epsilon_delta
 from dpsql.source import bounded_relation
-from dpsql.store import IMPORT_MEMORY_LIMIT
+from dpsql.store import IMPORT_LIMITS
 from dpsql.synth import get
 
 ADULT_ROWS = 48_842
+LIMITS = [f"{key}={value}" for key, value in IMPORT_LIMITS.items()]
 # Runs a command and prints the peak resident memory (kB) of its process tree's largest.
 PEAK = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
         "stdout=subprocess.DEVNULL); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 PLAIN = """import duckdb, sys
-con = duckdb.connect(sys.argv[1], config=dict(memory_limit=sys.argv[3]) if sys.argv[3:] else {})
+con = duckdb.connect(sys.argv[1], config=dict(a.split("=") for a in sys.argv[3:]))
 con.execute("SET enable_progress_bar = false")
 con.execute(f"CREATE TABLE adult AS SELECT * FROM read_parquet('{sys.argv[2]}')")
 """
@@ -97,7 +98,7 @@ def init_peaks(rows: int, runs: int, workdir: Path) -> dict[str, float]:
         peaks["duckdb"].append(peak_mb([sys.executable, "-c", PLAIN, str(plain), str(data)]))
         plain.unlink()
         peaks["duckdb capped"].append(peak_mb([sys.executable, "-c", PLAIN, str(plain),
-                                               str(data), IMPORT_MEMORY_LIMIT]))
+                                               str(data), *LIMITS]))
         peaks["dpsql imports"].append(peak_mb([sys.executable, "-c",
                                                "import dpsql.cli, dpsql.session"]))
         peaks["duckdb imports"].append(peak_mb([sys.executable, "-c", "import duckdb"]))
@@ -154,8 +155,8 @@ def main() -> None:
             print(f"init {rows:>11,} rows: dpsql {ours:7.0f} MB, plain DuckDB {plain:7.0f} MB, "
                   f"ratio {ours / plain:.2f}x  ({load()})\n"
                   f"    imports alone: dpsql {peaks[rows]['dpsql imports']:.0f} MB, duckdb "
-                  f"{peaks[rows]['duckdb imports']:.0f} MB; plain DuckDB with memory_limit "
-                  f"{IMPORT_MEMORY_LIMIT}: {peaks[rows]['duckdb capped']:.0f} MB", flush=True)
+                  f"{peaks[rows]['duckdb imports']:.0f} MB; plain DuckDB with "
+                  f"{', '.join(LIMITS)}: {peaks[rows]['duckdb capped']:.0f} MB", flush=True)
         if args.skip_sds:
             return
         big = sds_seconds(args.sds_rows, args.sds_runs, workdir)

@@ -19,7 +19,7 @@ from dpsql.ledger import Budget, Ledger, apply_policy
 from dpsql.policy import Dataset, Policy, User
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.query.engine import Links
-from dpsql.store import IMPORT_MEMORY_LIMIT, Store, check_identifier
+from dpsql.store import IMPORT_LIMITS, Store, check_identifier
 
 if TYPE_CHECKING:
     from dpsql.context import Context
@@ -284,7 +284,7 @@ def init(path: str | Path, policy: Policy | str | Path,
     admins = [u.name for u in policy.users.values() if u.role == "admin"]
     actor = admin or admins[0]
     target = Path(path)
-    store = Store.open(target, create=True, memory_limit=IMPORT_MEMORY_LIMIT)
+    store = Store.open(target, create=True, limits=IMPORT_LIMITS)
     try:
         notes: list[str] = []
         audited: list[str] = []
@@ -317,5 +317,5 @@ def init(path: str | Path, policy: Policy | str | Path,
         for leftover in (target, Path(str(target) + ".wal")):
             leftover.unlink(missing_ok=True)
         raise
-    store.close()  # reopened without the import's memory cap, for whatever comes next
+    store.close()  # reopened without the import's limits, for whatever comes next
     return Store.open(target), notes

@@ -44,11 +44,11 @@ SCHEMA_VERSION = 6
 # Rows per Arrow batch streamed into the store: a third of a DuckDB row group, which
 # the store still writes whole; a full row group's batch held ~25 MB more at the peak.
 IMPORT_BATCH_ROWS = 40_960
-#: The store's memory limit while ``dpsql init`` imports: DuckDB keeps every block it
-#: writes cached up to its limit (80% of RAM by default), so an import's memory would
-#: grow with rows; under the cap it evicts blocks already on disk (or spills to the
-#: store's temporary directory) instead.
-IMPORT_MEMORY_LIMIT = "64MB"
+#: The store's limits while ``dpsql init`` imports: DuckDB keeps every block it writes
+#: cached up to its memory limit (80% of RAM by default), so an import's memory would
+#: grow with rows; under the cap it evicts blocks already on disk instead. One thread:
+#: a large GROUP BY (the domain check's examples) needs ~40 MB a thread to spill.
+IMPORT_LIMITS: dict[str, str | int] = {"memory_limit": "64MB", "threads": 1}
 
 HARDENED_CONFIG = {
     "enable_external_access": False,
@@ -242,11 +242,11 @@ class Store:
     # -- opening ----------------------------------------------------------------
     @classmethod
     def open(cls, path: str | Path, *, create: bool = False,
-             memory_limit: str | None = None) -> Store:
+             limits: Mapping[str, str | int] | None = None) -> Store:
         """Open (or with ``create`` make) the store at ``path``; one instance per process.
 
-        ``memory_limit`` (a DuckDB size, e.g. ``"64MB"``) caps the new connection's
-        memory; an instance already open keeps its own.
+        ``limits`` (DuckDB settings such as ``memory_limit``) apply to a new
+        connection; an instance already open keeps its own.
 
         The instance is found by the file's device and inode, so the same file
         reached through a hard link, a symlink or another name shares it: two
@@ -264,7 +264,7 @@ class Store:
             if existing is not None:
                 existing._users += 1
                 return existing
-            store = cls(resolved, _connect(resolved, memory_limit))
+            store = cls(resolved, _connect(resolved, limits))
             try:
                 store._migrate(create)
                 store._recover()
@@ -695,10 +695,9 @@ def _check_type(where: str, col_type: str, sql_type: str, values: tuple[Any, ...
                                   f"{kind} (got {value!r}); quote or unquote them in the policy")
 
 
-def _connect(path: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-    config: dict[str, Any] = dict(HARDENED_CONFIG)
-    if memory_limit is not None:
-        config["memory_limit"] = memory_limit
+def _connect(path: Path, limits: Mapping[str, str | int] | None = None
+             ) -> duckdb.DuckDBPyConnection:
+    config = {**HARDENED_CONFIG, **(limits or {})}
     try:
         return duckdb.connect(str(path), config=config)
     except duckdb.IOException as err:

@@ -11,8 +11,9 @@ import pytest
 
 import dpsql
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
+from dpsql.outside import DomainError
 from dpsql.policy import Policy
-from dpsql.store import IMPORT_MEMORY_LIMIT, SCHEMA_VERSION, Store, normalize_name
+from dpsql.store import IMPORT_LIMITS, SCHEMA_VERSION, Store, normalize_name
 
 from .conftest import ADULT_POLICY, ADULT_SAMPLE, policy_text
 
@@ -203,9 +204,9 @@ def test_policy_history_keeps_every_version(admin, tmp_path):
     assert admin.policy.users["alice"].budgets["adult"] == admin.cost(epsilon=3)
 
 
-def test_init_hands_back_a_store_without_the_import_memory_limit(tmp_path):
-    setting = "SELECT current_setting('memory_limit')"
-    with duckdb.connect(config={"memory_limit": IMPORT_MEMORY_LIMIT}) as capped:
+def test_init_hands_back_a_store_without_the_import_limits(tmp_path):
+    setting = "SELECT current_setting('memory_limit'), current_setting('threads')"
+    with duckdb.connect(config=IMPORT_LIMITS) as capped:
         import_limit = capped.execute(setting).fetchone()
     store, _ = dpsql.init(tmp_path / "s.duckdb", ADULT_POLICY, {"adult": ADULT_SAMPLE})
     with store:
@@ -256,3 +257,19 @@ def test_init_memory_does_not_grow_with_rows(tmp_path):
         data.unlink()
         store.unlink()
     assert peaks[1] - peaks[0] < 30, f"peak {peaks[0]:.0f} MB at 3M rows, {peaks[1]:.0f} at 9M"
+
+
+@pytest.mark.slow
+def test_init_refuses_millions_of_distinct_outside_values_within_its_limits(tmp_path):
+    """The domain check's examples group every distinct value outside: 10M strings need
+    DuckDB to spill, which the import's memory limit allows on one thread only."""
+    data = tmp_path / "ids.parquet"
+    duckdb.sql(f"COPY (SELECT md5(range::VARCHAR) || md5((range + 1)::VARCHAR) AS id "
+               f"FROM range(10000000)) TO '{data}' (FORMAT parquet)")
+    policy = tmp_path / "ids.yaml"
+    policy.write_text(WIDE.replace("wide", "ids").replace(
+        "      v: {type: integer, bounds: [0, 49]}\n      a: {type: hidden}\n      b: {type: "
+        "hidden}\n", "      id: {type: categorical, values: ['a']}\n"))
+    with pytest.raises(DomainError, match=r"ids\.id hold values outside"):
+        dpsql.init(tmp_path / "ids.duckdb", policy, {"ids": data})
+    assert not (tmp_path / "ids.duckdb").exists()
