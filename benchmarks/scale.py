@@ -136,6 +136,16 @@ def sds_seconds(rows: int, runs: int, workdir: Path) -> float:
     return statistics.median(times)
 
 
+def sds_figures(rows: int, runs: int, workdir: Path) -> str:
+    """Print the sds times at ``rows`` and on Adult itself; their README: words."""
+    big = sds_seconds(rows, runs, workdir)
+    print(f"sds {rows:>12,} rows: {big:6.1f} s  ({load()})", flush=True)
+    small = sds_seconds(ADULT_ROWS, runs, workdir)
+    print(f"sds {ADULT_ROWS:>12,} rows: {small:6.1f} s  ({load()}); ratio {big / small:.1f}x "
+          f"for {rows / ADULT_ROWS:.1f}x rows", flush=True)
+    return f"sds {big:.1f} s at {rows:,} rows ({small:.1f} s at {ADULT_ROWS:,})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", default="10000000,50000000",
@@ -157,13 +167,7 @@ def main() -> None:
                   f"    imports alone: dpsql {peaks[rows]['dpsql imports']:.0f} MB, duckdb "
                   f"{peaks[rows]['duckdb imports']:.0f} MB; plain DuckDB with "
                   f"{', '.join(LIMITS)}: {peaks[rows]['duckdb capped']:.0f} MB", flush=True)
-        if args.skip_sds:
-            return
-        big = sds_seconds(args.sds_rows, args.sds_runs, workdir)
-        print(f"sds {args.sds_rows:>12,} rows: {big:6.1f} s  ({load()})", flush=True)
-        small = sds_seconds(ADULT_ROWS, args.sds_runs, workdir)
-        print(f"sds {ADULT_ROWS:>12,} rows: {small:6.1f} s  ({load()}); ratio {big / small:.1f}x "
-              f"for {args.sds_rows / ADULT_ROWS:.1f}x rows", flush=True)
+        sds = "" if args.skip_sds else sds_figures(args.sds_rows, args.sds_runs, workdir)
     sizes = sorted(peaks)
 
     def each(values: list[float], spec: str) -> str:
@@ -171,8 +175,8 @@ def main() -> None:
 
     init = (f"init peak memory {each([peaks[r]['dpsql'] for r in sizes], '.0f')} MB vs plain "
             f"DuckDB {each([peaks[r]['duckdb'] for r in sizes], '.0f')} MB at "
-            f"{each(sizes, ',')} rows; " if sizes else "")
-    readme(f"{init}sds {big:.1f} s at {args.sds_rows:,} rows ({small:.1f} s at {ADULT_ROWS:,})")
+            f"{each(sizes, ',')} rows" if sizes else "")
+    readme("; ".join(part for part in (init, sds) if part))
 
 if __name__ == "__main__":
     main()
