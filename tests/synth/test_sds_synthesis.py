@@ -135,13 +135,19 @@ def test_relaxed_records_are_counted(fitted: FittedSDS) -> None:
     json.dumps(fitted.describe())
 
 
-def test_synthetic_counts_match_the_records(fitted: FittedSDS) -> None:
+def _grown(fitted: FittedSDS, scale: float, seed: int) -> tuple[Weights, _Batch]:
+    """300 synthetic records grown and finished, with the weights they used."""
     synth = sampler(fitted, True)
-    weights = Weights(fitted.items, fitted.aggregates.levels, 1.0, True)
+    weights = Weights(fitted.items, fitted.aggregates.levels, scale, True)
     batch = _Batch.empty(300, fitted.items.columns)
-    synth._grow(batch, synth.length, weights, weights.single.copy(), np.random.default_rng(0),
-                True)
+    synth._grow(batch, synth.length, weights, weights.single.copy(),
+                np.random.default_rng(seed), True)
     weights.finish(batch.record, np.zeros(300, dtype=bool))
+    return weights, batch
+
+
+def test_synthetic_counts_match_the_records(fitted: FittedSDS) -> None:
+    weights, batch = _grown(fitted, 1.0, 0)
     for level, used in zip(fitted.aggregates.levels, weights.used, strict=True):
         counts: dict[tuple[int, ...], int] = {}
         for row in batch.record.tolist():
@@ -153,12 +159,7 @@ def test_synthetic_counts_match_the_records(fitted: FittedSDS) -> None:
 
 def test_weights_read_the_counts_left_after_finished_records(fitted: FittedSDS) -> None:
     """With synthetic counts a tuple weighs count * scale minus what finished records used."""
-    synth = sampler(fitted, True)
-    weights = Weights(fitted.items, fitted.aggregates.levels, 0.5, True)
-    batch = _Batch.empty(300, fitted.items.columns)
-    synth._grow(batch, synth.length, weights, weights.single.copy(), np.random.default_rng(1),
-                True)
-    weights.finish(batch.record, np.zeros(300, dtype=bool))
+    weights, _ = _grown(fitted, 0.5, 1)
     for level, used in zip(fitted.aggregates.levels, weights.used, strict=True):
         assert used.sum() > 0
         got = weights.value([level.rows[:, j] for j in range(level.k)])
