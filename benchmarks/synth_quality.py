@@ -252,13 +252,13 @@ def main() -> None:
                                                options.get(name, {}).items())
                         rows.append(_row(dataset, label if dp else f"{label} (not DP)",
                                          epsilon if dp and rows_only else None, results))
-                        print(f"  done {dataset} {name} eps={epsilon}", file=sys.stderr,
-                              flush=True)
+                        _progress(rows[-1])
                 if args.reference_mst:
-                    references += [reference_mst(Path(tmp), dataset, true, domain, e, args.seeds)
+                    references += [_progress(reference_mst(Path(tmp), dataset, true, domain, e,
+                                                           args.seeds))
                                    for e in epsilons]
-                references += [reference_snsynth(Path(tmp), dataset, true, domain, name, e,
-                                                 args.seeds)
+                references += [_progress(reference_snsynth(Path(tmp), dataset, true, domain,
+                                                           name, e, args.seeds))
                                for name in filter(None, args.reference_snsynth.split(","))
                                for e in epsilons]
     print_table(rows, args.json)
@@ -271,6 +271,15 @@ def main() -> None:
               f"peak memory {peak_rss_mb():.0f} MB")
         for dataset in args.datasets.split(","):
             readme_line(rows, dataset, "1" if 1.0 in epsilons else f"{epsilons[0]:g}")
+
+
+def _progress(done: Any) -> Any:
+    """Print a finished row or reference line to stderr at once (a run takes hours and may
+    be stopped before its table) and hand it back."""
+    print("  done " + (done if isinstance(done, str) else " ".join(
+        f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in done.items()
+        if v not in ("", "-"))), file=sys.stderr, flush=True)
+    return done
 
 
 def reference_mst(tmp: Path, dataset: str, true: np.ndarray, domain: Domain, epsilon: float,
@@ -312,6 +321,7 @@ def _reference(label: str, commands: list[list[str]]) -> str:
         if out.returncode != 0:
             return f"{label}: failed: {out.stderr[-300:]}"
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        print(f"  {label} seed {len(results) - 1}: {results[-1]}", file=sys.stderr, flush=True)
     errors = [r["workload_error"] for r in results]
     three = [r["workload_error_3"] for r in results if "workload_error_3" in r]
     return (f"{label}: workload error {statistics.fmean(errors):.4f} "
