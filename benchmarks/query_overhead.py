@@ -15,7 +15,10 @@ printed too. ``--unit-rows N`` adds a privacy unit of N consecutive rows
 (``max_rows: 1``), so the dpsql runs pay for contribution bounding too.
 
     python benchmarks/query_overhead.py [--rows 10000000] [--runs 8] [--unit-rows 4]
-        [--queries "sum with BETWEEN"] [--json]
+        [--queries "sum with BETWEEN"] [--store FOLDER] [--json]
+
+``--store FOLDER`` keeps the built store there and reuses it on the next run
+(the same ``--rows``, ``--no-checks`` and ``--unit-rows``: they are not checked).
 
 The host's load average is printed beside each figure.
 """
@@ -116,6 +119,8 @@ def main() -> None:
     parser.add_argument("--queries", nargs="*", choices=list(QUERIES), default=list(QUERIES),
                         help="which queries to time (default: all)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--store", type=Path,
+                        help="reuse the store this run builds in this folder (built if absent)")
     parser.add_argument("--no-smartnoise", action="store_true")
     parser.add_argument("--no-checks", action="store_true",
                         help="import without enforcing the bounds, so every value is clamped")
@@ -123,7 +128,11 @@ def main() -> None:
                         help="one privacy unit per N consecutive rows (max_rows 1); 0: none")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="dpsql-bench-") as tmp:
-        path = build(Path(tmp), args.rows, checks=not args.no_checks, unit_rows=args.unit_rows)
+        folder = args.store or Path(tmp)
+        path = folder / "big.duckdb"
+        if not path.exists():
+            folder.mkdir(parents=True, exist_ok=True)
+            build(folder, args.rows, checks=not args.no_checks, unit_rows=args.unit_rows)
         rows = []
         with dpsql.connect(path, "alice") as session:
             cursor = session.store.cursor()
