@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import tempfile
 from importlib import resources
@@ -137,9 +138,11 @@ def main() -> None:
         with dpsql.connect(path, "alice") as session:
             cursor = session.store.cursor()
             counter = iter(range(10**6))
+            # a kept store holds earlier runs' answers: start this run's epsilons elsewhere
+            epsilons = iter(range(random.randrange(8 * 10**6), 10**7))
 
             def fresh() -> None:  # a new epsilon: a new measurement, never the cache
-                session.sql(f"SET dpsql.epsilon = {1 + next(counter) / 10**6}")
+                session.sql(f"SET dpsql.epsilon = {1 + next(epsilons) / 10**6}")
 
             def dp(sql: str) -> None:
                 answer = session.sql(sql)
