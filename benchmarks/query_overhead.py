@@ -181,9 +181,8 @@ def main() -> None:
         if sn is not None:
             for row in rows:
                 query = row["query"].removesuffix(" (new text)")
-                if query in sn:
-                    row["smartnoise_s"] = sn[query]
-                    row["smartnoise_ratio"] = sn[query] / row["duckdb_s"]
+                row["smartnoise_s"] = sn.get(query, "-")  # a table needs every column
+                row["smartnoise_ratio"] = sn[query] / row["duckdb_s"] if query in sn else "-"
         print_table(rows, args.json)
         if not args.json:
             print(f"median of {args.runs} runs each; peak RSS {peak_rss_mb():.0f} MB"
@@ -199,7 +198,7 @@ def readme_line(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     asked = "; ".join(f"{q} {ratio[q]} (new text {ratio[q + ' (new text)']})"
                       for q in args.queries)
     sn = [f"{r['query']} {r['smartnoise_ratio']:.0f}x" for r in rows
-          if "smartnoise_ratio" in r and "(new text)" not in r["query"]]
+          if r.get("smartnoise_ratio", "-") != "-" and "(new text)" not in r["query"]]
     smartnoise = "smartnoise-sql " + ", ".join(sn) if sn else "smartnoise-sql not run"
     loads = span((r["load"] for r in rows), ".1f")
     readme(f"{args.rows:,} rows, median of {args.runs} runs{units}, {bounds}: {asked}; "
