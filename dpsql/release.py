@@ -4,10 +4,13 @@
    private (role, name, policy, synthesizer, options, columns, budget
    arithmetic, the synthesizer's own public ``check``; a refusal is audited
    and costs nothing), then the ledger charges the budget (DP synthesizers
-   only) and commits. :meth:`Charged.export` then streams the bounded source from
-   the dataset's engine (the store, PostgreSQL or Spark) to a private folder (Arrow IPC).
+   only) and commits. :meth:`Charged.export` then asks the dataset's engine (the store,
+   PostgreSQL or Spark) for the bounded source's contingency table over the
+   release's domain (distinct rows and their counts) and streams it to a
+   private folder (Arrow IPC).
 2. :func:`synthesize`, in a worker process (see :mod:`dpsql.jobs`): fit on that
-   source, sample, decode; the results go back to the folder as Arrow IPC and JSON.
+   table expanded back to one row per source row (lazily, in DuckDB), sample,
+   decode; the results go back to the folder as Arrow IPC and JSON.
 3. :meth:`Charged.write`, in the owner: one DuckDB transaction checks and writes
    ``released.<name>``, any extra DP products, the provenance row (also the
    table COMMENT) and the resumable state.
@@ -362,18 +365,25 @@ SOURCE_FILE = "source.arrow"
 
 def export_source(store: Store, dataset: Dataset, columns: Sequence[str], path: Path,
                   types: Mapping[str, str], interrupts: Interrupter | None = None) -> None:
-    """Write the bounded source's ``columns`` to ``path`` (Arrow IPC), for the worker.
+    """Write the bounded source's contingency table over ``columns`` to ``path`` (Arrow IPC).
 
-    Only the release's domain leaves the engine: no hidden column, no privacy unit,
-    no column outside the policy. The rows arrive in batches from the dataset's
-    engine (the store's connection, which has no file access, or another
-    engine), so memory here does not grow with the table; ``types``: the
-    table's column types; ``interrupts`` can stop the engine's query.
+    The engine groups the bounded rows by the release's domain and counts them
+    (NULL is a group like any other), so only distinct domain rows and their
+    counts leave it: no hidden column, no privacy unit, no column outside the
+    policy, and on a cluster the aggregation that shrinks the data runs there.
+    The counts come last, in a column named by :func:`weight_column`. They
+    arrive in batches from the dataset's engine (the store's connection, which
+    has no file access, or another engine), so memory here does not grow with
+    the table; ``types``: the table's column types; ``interrupts`` can stop the
+    engine's query.
     """
     names = ", ".join(quote(c) for c in columns)
-    query = sqlglot.parse_one(f"SELECT {names} FROM {bounded_sql(dataset, store.secret, types)}",
+    weight = weight_column(columns)
+    query = sqlglot.parse_one(f"SELECT {names}, count(*) AS {quote(weight)} FROM "
+                              f"{bounded_sql(dataset, store.secret, types)} GROUP BY {names}",
                               read="duckdb")
-    empty = ", ".join(f"CAST(NULL AS {types[c]}) AS {quote(c)}" for c in columns)
+    empty = ", ".join([f"CAST(NULL AS {types[c]}) AS {quote(c)}" for c in columns]
+                      + [f"CAST(NULL AS BIGINT) AS {quote(weight)}"])
     schema = duckdb.connect().sql(f"SELECT {empty}").to_arrow_table().schema
     engine = engine_for(dataset, store, interrupts or Interrupter())
     try:
@@ -382,6 +392,26 @@ def export_source(store: Store, dataset: Dataset, columns: Sequence[str], path: 
                 out.write_batch(batch)
     finally:
         engine.close()
+
+
+def weight_column(columns: Sequence[str]) -> str:
+    """The name of the exported counts' column: ``rows``, prefixed with ``_`` until no column has it."""
+    name = "rows"
+    while name in columns:
+        name = "_" + name
+    return name
+
+
+def expanded(con: duckdb.DuckDBPyConnection, counts: str, columns: Sequence[str]
+             ) -> duckdb.DuckDBPyRelation:
+    """The rows the contingency table ``counts`` stands for: each distinct row repeated its count.
+
+    A lazy relation (DuckDB unnests the counts as it scans), so the worker's
+    synthesizers read one row per bounded source row, as before, without holding them.
+    """
+    names = ", ".join(quote(c) for c in columns)
+    return con.sql(f"SELECT {names} FROM (SELECT {names}, "
+                   f"unnest(range({quote(weight_column(columns))})) FROM {counts})")
 
 
 def read_arrow(path: Path) -> pa.Table:
@@ -436,10 +466,12 @@ def synthesize(folder: Path, plan: FitSpec, *, report: Progress) -> None:
     """In the worker: fit on the exported source, sample, and save the results in ``folder``."""
     con = duckdb.connect(":memory:", config=dict(HARDENED_CONFIG))
     try:
-        con.register("_exported", read_arrow(folder / SOURCE_FILE))
-        con.execute("CREATE TABLE source AS SELECT * FROM _exported")
+        counts = read_arrow(folder / SOURCE_FILE)
+        con.register("_exported", counts)
+        con.execute("CREATE TABLE counts AS SELECT * FROM _exported")
         con.unregister("_exported")
-        fit_and_sample(con.table("source"), plan, report).save(folder)
+        fit_and_sample(expanded(con, "counts", counts.schema.names[:-1]), plan, report
+                       ).save(folder)
     finally:
         con.close()
 

@@ -192,8 +192,8 @@ def test_password_is_never_shown(twins: dict[str, tuple[Path, Path]], tmp_path: 
 
 def test_release_streams_the_same_source_from_postgres(twins: dict[str, tuple[Path, Path]],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A release on PostgreSQL exports the same bounded rows as on DuckDB, in batches."""
-    exported = record_streams(monkeypatch, {DuckDBEngine: 1 << 16, PostgresEngine: 1000})
+    """A release on PostgreSQL exports the same bounded rows' counts as on DuckDB, in batches."""
+    exported = record_streams(monkeypatch, {DuckDBEngine: 1 << 16, PostgresEngine: 100})
     for path in twins["adult"]:
         with dpsql.connect(path, "admin") as admin:
             admin.release("adult", synthesizer="independent", name="streamed", epsilon=1,
@@ -205,7 +205,7 @@ def test_release_streams_the_same_source_from_postgres(twins: dict[str, tuple[Pa
             assert "dsn" not in record
     assert len(exported[PostgresEngine]) > 2  # several round trips, never the whole table
     rows = exported_rows(exported[DuckDBEngine])
-    assert len(rows) > 3000
+    assert len(rows) < 1000 < sum(row["rows"] for row in rows)  # counts, not rows
     assert exported_rows(exported[PostgresEngine]) == rows
 
 

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -225,7 +226,45 @@ def test_the_exported_source_holds_only_the_release_columns(admin_session, tmp_p
     charged.export(ctx, tmp_path, Interrupter())
     with pa.memory_map(str(tmp_path / SOURCE_FILE)) as source:
         names = pa.ipc.open_file(source).schema.names
-    assert names == ["sex", "age"]  # not fnlwgt (hidden), nor the table's other columns
+    assert names == ["sex", "age", "rows"]  # not fnlwgt (hidden), nor the table's other columns
+
+
+def test_the_exported_counts_expand_to_the_bounded_rows(admin_session, tmp_path):
+    """The contingency table the engine exports stands for exactly the bounded source's rows.
+
+    Fewer rows cross than the source holds, and the worker's expanded relation
+    has the same multiset of rows as the bounded source itself.
+    """
+    import duckdb
+
+    from dpsql.release import SOURCE_FILE, expanded, prepare, read_arrow
+
+    ctx = admin_session.context()
+    charged = prepare(ctx, ReleaseRequest("adult", "independent", "counted", epsilon=0.5,
+                                          columns=["sex", "age", "race"]))
+    charged.export(ctx, tmp_path, Interrupter())
+    counts = read_arrow(tmp_path / SOURCE_FILE)
+    source = bounded_relation(admin_session.store, admin_session.policy.dataset("adult"))
+    grouped = "SELECT sex, age, race, count(*) FROM {} GROUP BY ALL ORDER BY ALL"
+    want = source.query("s", grouped.format("s")).fetchall()
+    assert counts.num_rows == len(want) < sum(n for *_, n in want)
+    con = duckdb.connect()
+    con.register("counts", counts)
+    assert expanded(con, "counts", ["sex", "age", "race"]).query(
+        "e", grouped.format("e")).fetchall() == want
+
+
+def test_expansion_repeats_each_row_its_count_null_included():
+    import duckdb
+    import pyarrow as pa
+
+    from dpsql.release import expanded, weight_column
+
+    assert weight_column(["a", "rows", "_rows"]) == "__rows"  # never a domain column
+    counts = pa.table({"rows": ["x", None, "x"], "_rows": pa.array([2, 3, 1], pa.int64())})
+    con = duckdb.connect()
+    con.register("counts", counts)
+    assert Counter(expanded(con, "counts", ["rows"]).fetchall()) == {(None,): 3, ("x",): 3}
 
 
 def test_an_interrupt_stops_the_export_on_the_store(admin_session, tmp_path):
