@@ -395,7 +395,7 @@ def export_source(store: Store, dataset: Dataset, columns: Sequence[str], path: 
 
 
 def weight_column(columns: Sequence[str]) -> str:
-    """The name of the exported counts' column: ``rows``, prefixed with ``_`` until no column has it."""
+    """The exported counts' column: ``rows``, prefixed with ``_`` until no column has it."""
     name = "rows"
     while name in columns:
         name = "_" + name
