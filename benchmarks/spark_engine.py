@@ -13,9 +13,10 @@ md5 key) too. The host's load average is printed with the figures.
 ``--release N [N ...]`` measures instead an ``independent`` release (age, sex,
 hours) of N generated rows, each size in a fresh process: its wall time, the
 peak RSS of the dpsql process (the driver's Python side, which streams the
-bounded source from Spark in Arrow batches into the release's folder), of the
-Spark JVM (driver and ``local`` executors) and of the release's worker process
-(which fits on the exported file).
+bounded source's contingency table over the domain from Spark in Arrow batches
+into the release's folder), of the Spark JVM (driver and ``local`` executors)
+and of the release's worker process (which fits on those counts expanded back
+to rows).
 
     python benchmarks/spark_engine.py [--rows 1000000] [--runs 5] [--unit-rows 0]
         [--master local[2]] [--release 1000000 10000000]
