@@ -402,16 +402,22 @@ def weight_column(columns: Sequence[str]) -> str:
     return name
 
 
-def expanded(con: duckdb.DuckDBPyConnection, counts: str, columns: Sequence[str]
-             ) -> duckdb.DuckDBPyRelation:
+def expanded(con: duckdb.DuckDBPyConnection, counts: pa.Table) -> duckdb.DuckDBPyRelation:
     """The rows the contingency table ``counts`` stands for: each distinct row repeated its count.
 
-    A lazy relation (DuckDB unnests the counts as it scans), so the worker's
-    synthesizers read one row per bounded source row, as before, without holding them.
+    The counts are copied into ``con`` sorted: the engine's GROUP BY hands groups
+    back in any order, and a seeded fit must see the same rows in the same order
+    on every run and every engine. The expansion is lazy (DuckDB unnests the
+    counts as it scans), so the worker's synthesizers read one row per bounded
+    source row, as before, without holding them.
     """
+    columns = counts.schema.names[:-1]
+    con.register("_exported", counts)
+    con.execute("CREATE TABLE counts AS SELECT * FROM _exported ORDER BY ALL")
+    con.unregister("_exported")
     names = ", ".join(quote(c) for c in columns)
     return con.sql(f"SELECT {names} FROM (SELECT {names}, "
-                   f"unnest(range({quote(weight_column(columns))})) FROM {counts})")
+                   f"unnest(range({quote(weight_column(columns))})) FROM counts)")
 
 
 def read_arrow(path: Path) -> pa.Table:
@@ -466,11 +472,7 @@ def synthesize(folder: Path, plan: FitSpec, *, report: Progress) -> None:
     """In the worker: fit on the exported source, sample, and save the results in ``folder``."""
     con = duckdb.connect(":memory:", config=dict(HARDENED_CONFIG))
     try:
-        counts = read_arrow(folder / SOURCE_FILE)
-        con.register("_exported", counts)
-        con.execute("CREATE TABLE counts AS SELECT * FROM _exported")
-        con.unregister("_exported")
-        fit_and_sample(expanded(con, "counts", counts.schema.names[:-1]), plan, report
+        fit_and_sample(expanded(con, read_arrow(folder / SOURCE_FILE)), plan, report
                        ).save(folder)
     finally:
         con.close()
