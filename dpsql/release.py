@@ -411,13 +411,13 @@ def expanded(con: duckdb.DuckDBPyConnection, counts: pa.Table) -> duckdb.DuckDBP
     counts as it scans), so the worker's synthesizers read one row per bounded
     source row, as before, without holding them.
     """
-    columns = counts.schema.names[:-1]
+    *columns, weight = counts.schema.names
     con.register("_exported", counts)
     con.execute("CREATE TABLE counts AS SELECT * FROM _exported ORDER BY ALL")
     con.unregister("_exported")
     names = ", ".join(quote(c) for c in columns)
     return con.sql(f"SELECT {names} FROM (SELECT {names}, "
-                   f"unnest(range({quote(weight_column(columns))})) FROM counts)")
+                   f"unnest(range({quote(weight)})) FROM counts)")
 
 
 def read_arrow(path: Path) -> pa.Table:
