@@ -16,8 +16,9 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import PrivacyCost
 from dpsql.source import bounded_relation, bounded_sql
+from dpsql.synth import pgm
 from dpsql.synth.aim import AIM, MST
-from dpsql.synth.measure import count_marginals
+from dpsql.synth.measure import Measurement, count_marginals
 
 from ..conftest import policy_text
 from ..napsu_mq.conftest import build as build_binned_adult
@@ -161,3 +162,33 @@ def test_aim_beats_independent_on_the_adult_sample(tmp_path: Path) -> None:
         errors[name] = score(true, codes, domain.shape).summary()["workload_error"]
     store.close()
     assert errors["aim"] < errors["independent"], errors
+
+
+def test_repeated_measurements_of_a_clique_fit_as_their_precision_weighted_mean(
+        tmp_path: Path) -> None:
+    # AIM may measure a marginal twice; pgm.estimate pools the two into one measurement
+    # (so the model's structure, and JAX's compiled program, stay the same). The weighted
+    # L2 loss, its gradient and mbi's Lipschitz step are unchanged by that, so the pooled
+    # fit must follow mbi's own fit of the raw list to float precision. Pooling with the
+    # wrong weights (a plain mean) moves the fitted marginal by several counts.
+    store = build_binned_adult(tmp_path)
+    domain = Domain.from_dataset(store.active_policy().datasets["adult"])
+    store.close()
+    a, b = domain.names[:2]
+    rng = np.random.default_rng(0)
+    exact = rng.poisson(40, domain.size((a, b))).astype(np.float64)
+    zero = PrivacyCost.zero("zcdp")
+
+    def measured(columns: tuple[str, ...], counts: np.ndarray, sd: float) -> Measurement:
+        return Measurement(columns, counts + rng.normal(0, sd, counts.size), "discrete_gaussian",
+                           sd, zero)
+
+    ms = [measured((a,), exact.reshape(domain[a].size, -1).sum(axis=1), 2.0),
+          measured((a, b), exact, 1.0), measured((a, b), exact, 6.0)]
+    assert [c for c, _, _ in pgm.pooled(ms)] == [(a,), (a, b)]
+    with pgm.float64() as mbi:
+        ours = pgm.Inference(pgm.estimate(mbi, domain, ms, float(exact.sum()), 200), domain)
+        raw = [mbi.LinearMeasurement(m.noisy, m.columns, stddev=m.scale) for m in ms]
+        theirs = pgm.Inference(mbi.estimation.MirrorDescent().estimate(
+            pgm.mbi_domain(domain), raw, known_total=float(exact.sum()), iters=200), domain)
+    np.testing.assert_allclose(ours.marginal((a, b)), theirs.marginal((a, b)), atol=1e-6)
