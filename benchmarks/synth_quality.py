@@ -65,7 +65,6 @@ from dpsql.privacy import budget_cost
 from dpsql.source import bounded_relation, bounded_sql
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = shared_data("acs").parent
 DELTA = 1e-6
 SNSYNTH = Path("/work/venvs/smartnoise/bin/python")  # smartnoise-synth 1.0.8, its own venv
 
@@ -99,10 +98,10 @@ def build_store(directory: Path, dataset: str, names: list[str]) -> Path:
     if dataset == "adult":
         extra = f"    synthesizers: [{', '.join(names)}]\n    allow_non_dp: true\n"
         policy.write_text(adult10_policy("{epsilon: .inf}", extra))
-        store, _ = dpsql.init(path, policy, {"adult": SHARED / "adult" / "adult.csv"})
+        store, _ = dpsql.init(path, policy, {"adult": shared_data("adult", "adult.csv")})
     else:
         policy.write_text(_acs_policy(names, ACS10 if dataset == "acs10" else None))
-        store, _ = dpsql.init(path, policy, {"acs": SHARED / "acs" / "national2019.csv"}, na="N")
+        store, _ = dpsql.init(path, policy, {"acs": shared_data("acs", "national2019.csv")}, na="N")
     store.close()
     return path
 
