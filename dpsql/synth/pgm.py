@@ -58,13 +58,16 @@ def estimate(mbi: Any, domain: Domain, measurements: Sequence[Measurement],
              total: float | None, iters: int, warm: Any = None) -> Any:
     """A Markov random field fitted to the noisy marginals by mirror descent.
 
+    Returns its potentials and total (:class:`dpsql.synth.mirror_descent.Potentials`).
     Each measurement is weighted by its noise sd, after :func:`pooled`. ``total`` is
     the row count when the policy declares it; otherwise mbi estimates it from the
     measurements.
     """
+    from dpsql.synth.mirror_descent import LeanMirrorDescent
+
     linear = [mbi.LinearMeasurement(values, columns, stddev=max(float(np.sqrt(variance)), 1e-9))
               for columns, values, variance in pooled(measurements)]
-    return mbi.estimation.MirrorDescent().estimate(
+    return LeanMirrorDescent().estimate(
         mbi_domain(domain), linear, known_total=total, iters=iters, warm_start=warm)
 
 
