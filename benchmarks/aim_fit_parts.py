@@ -9,7 +9,7 @@ the mirror descent alone. Prints per seed: fit time, compile time and count, tha
 re-estimate, rounds, workload error; then medians and peak memory.
 
     python benchmarks/aim_fit_parts.py                       # acs10, eps 1, 3 seeds
-    python benchmarks/aim_fit_parts.py --dataset adult --option round_iters=100
+    python benchmarks/aim_fit_parts.py --dataset adult --option round_iters=250
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="an aim option, e.g. round_iters=100 (repeatable)")
+                        help="an aim option, e.g. round_iters=250 (repeatable)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     options = dict(item.split("=", 1) for item in args.option)
