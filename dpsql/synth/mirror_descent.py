@@ -47,5 +47,5 @@ class LeanMirrorDescent(MirrorDescent):
         return MirrorDescentState(potentials, potentials, alpha, jnp.asarray(np.float64(np.inf)))
 
     def _finalize(self, state: MirrorDescentState, known_total: float,
-                  constraints: Any = ()) -> Potentials:  # type: ignore[override]
+                  constraints: Any = ()) -> Potentials:
         return Potentials(state.potentials, float(known_total))
