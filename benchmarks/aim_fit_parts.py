@@ -6,7 +6,7 @@ model structure and JAX traces, lowers and compiles it anew. This fits ``aim`` a
 ``jax.monitoring``), then re-estimates the final measurements from scratch in the
 same process, with the final fit's iterations and its program already compiled:
 the mirror descent alone. Prints per seed: fit time, compile time and count, that
-re-estimate, rounds, workload error; then medians and peak memory.
+re-estimate, selected marginals, 2-way and 3-way workload error; then medians and peak memory.
 
     python benchmarks/aim_fit_parts.py                       # acs10, eps 1, 3 seeds
     python benchmarks/aim_fit_parts.py --dataset adult --option round_iters=250
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _common import peak_rss_mb, print_table
-from synth_quality import build_store
+from synth_quality import build_store, workload_3way
 
 import dpsql
 from dpsql import synth
@@ -73,8 +73,9 @@ def fit_once(source: Any, domain: Domain, epsilon: float, seed: int, true: np.nd
     codes = np.stack([sample.column(n).to_numpy() for n in domain.names], axis=1)
     return {"seed": seed, "fit_s": fit_s, "compile_s": compiled, "compiles": count,
             "rest_s": fit_s - compiled, "final_fit_warm_s": warm_s,
-            "rounds": len(fitted.diagnostics["rounds"]),
-            "workload": score(true, codes, domain.shape).summary()["workload_error"]}
+            "picks": len(fitted.diagnostics["rounds"]),
+            "workload": score(true, codes, domain.shape).summary()["workload_error"],
+            "workload_3way": workload_3way(true, codes, domain.shape)}
 
 
 def main() -> None:

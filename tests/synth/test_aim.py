@@ -136,7 +136,7 @@ def test_the_measured_noise_has_the_accounted_scale(tmp_path: Path, name) -> Non
         part = 0.5 / 3 / 2  # the 1-way third, over two columns
     sigma2 = 2**2 / (2 * part)
     (exact,) = count_marginals(source, domain, [("v",)])
-    (noisy,) = [m for m in fitted.measured if m.columns == ("v",)]
+    noisy = next(m for m in fitted.measured if m.columns == ("v",))  # the 1-way, first
     assert math.isclose(noisy.scale**2, sigma2, rel_tol=2**-19)
     ok, ratio = mean_square_ratio_ok(noisy.noisy - exact, sigma2, excess_kurtosis=0.0)
     assert ok, f"mean square residual / sigma^2 = {ratio:.4f} (rate {FALSE_POSITIVE_RATE})"
@@ -226,3 +226,42 @@ def test_the_fit_skips_only_marginal_passes_so_warm_refits_follow_mbi(tmp_path: 
         cold = pgm.Inference(pgm.estimate(mbi, domain, more, total, 30), domain)
     np.testing.assert_allclose(ours.marginal((a, b, c)), theirs.marginal((a, b, c)), atol=1e-6)
     assert np.abs(cold.marginal((a, b, c)) - theirs.marginal((a, b, c))).max() > 1e-3
+
+
+def test_per_round_picks_distinct_marginals_before_each_refit(tmp_path: Path,
+                                                             monkeypatch) -> None:
+    # per_round=2 picks two different marginals (one exponential mechanism each, from the
+    # same model's scores) and measures both at the round's noise before one refit, so
+    # a fit meets half as many new model structures. pgm.estimate must run once for the
+    # 1-ways, once a round (two more measurements each time) and once for the final fit,
+    # and the fit must still spend the whole budget (less the samplers' rounding).
+    store = build_binned_adult(tmp_path)
+    dataset = store.active_policy().datasets["adult"]
+    domain = Domain.from_dataset(dataset)
+    measurements: list[int] = []
+    estimate = pgm.estimate
+
+    def counted(mbi, domain, measured, *args, **kwargs):  # the real estimate, counted
+        measurements.append(len(measured))
+        return estimate(mbi, domain, measured, *args, **kwargs)
+
+    monkeypatch.setattr(pgm, "estimate", counted)
+    budget = PrivacyCost.zcdp(0.05)
+    fitted = synth.get("aim", rounds=16, iters=50, round_iters=30, per_round=2).fit(
+        bounded_relation(store, dataset), domain, budget, np.random.default_rng(4))
+    store.close()
+    log = fitted.diagnostics["rounds"]
+    rounds: dict[int, list[dict]] = {}
+    for entry in log:
+        rounds.setdefault(entry["round"], []).append(entry)
+    assert sorted(rounds) == list(range(1, len(rounds) + 1))
+    for picks in rounds.values():
+        assert len(picks) == 2
+        assert picks[0]["clique"] != picks[1]["clique"]
+        assert picks[0]["sigma"] == picks[1]["sigma"]
+    width = len(domain.names)
+    assert measurements == [width + 2 * k for k in range(len(rounds) + 1)] + [width + len(log)]
+    assert budget.units - fitted.spent.units <= budget.units * 2**-19
+    assert fitted.parameters["per_round"] == 2
+    with pytest.raises(ConfigurationError, match="per_round"):
+        synth.get("aim", per_round=0)
