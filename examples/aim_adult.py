@@ -48,7 +48,8 @@ def main() -> None:
                     chosen = step.get("clique", step.get("pair"))
                     noise = f", then measured with sigma {step['sigma']:.1f}" \
                         if "sigma" in step else ""
-                    print(f"  chose {'+'.join(chosen):<32} among {step['candidates']:>2} "
+                    where = f"round {step['round']:>2}: " if "round" in step else ""
+                    print(f"  {where}chose {'+'.join(chosen):<32} among {step['candidates']:>2} "
                           f"candidates (exponential mechanism, epsilon "
                           f"{step['epsilon']:.3f}){noise}")
 
