@@ -140,11 +140,25 @@ def run_one(name: str, source: Any, domain: Domain, epsilon: float, seed: int,
     out = {"workload": summary["workload_error"], "median_d": summary["median_d"],
            "workload3": workload_3way(true_codes, codes, domain.shape),
            "fit_s": fit_s, "sample_s": sample_s}
+    out.update(napsu_cost_figures(fitted))
     if coverage > 1 and name in COPIES_ARE_DRAWS:
         copies = [codes] + [_codes(fitted.sample(int(fitted.rows), rng), domain)
                             for _ in range(coverage - 1)]
         out["coverage"] = cell_coverage(true_codes, copies, domain.shape)
     return out
+
+
+def napsu_cost_figures(fitted: Any) -> dict[str, Any]:
+    """A NUTS fit's pre-charge time estimate and its leapfrog steps per iteration, so
+    a long run can recalibrate ``LEAPFROG_STEPS`` (dpsql/synth/napsu_mq/estimate.py)."""
+    info = getattr(fitted, "info", None)
+    nuts = (info or {}).get("diagnostics", {}).get("nuts")
+    if not nuts:
+        return {}
+    steps = nuts["leapfrog_steps"]
+    return {"estimate_min": info["estimate"]["minutes"], "parameters": info["estimate"][
+        "parameters"], "steps_mean": steps["mean_per_iteration"],
+        "steps_max": steps["max_per_iteration"]}
 
 
 #: synthesizers whose copies are independent posterior draws (Rubin's rules apply)
@@ -358,6 +372,12 @@ def _row(dataset: str, name: str, epsilon: float | None, results: list[dict[str,
     row["note"] = "" if not covered else (
         f"95% coverage of 1-way shares {statistics.fmean(c[0] for c in covered):.2f} "
         f"({covered[0][1]} cells, {covered[0][2]} unreliable; target 0.95)")
+    timed = [r for r in results if "estimate_min" in r]
+    if timed:
+        row["note"] += ("; " if row["note"] else "") + "; ".join(
+            f"estimate {r['estimate_min']:.1f} min for {r['parameters']} parameters, fit "
+            f"{r['fit_s'] / 60:.1f} min, {r['steps_mean']:.0f} leapfrog steps an iteration "
+            f"(max {r['steps_max']})" for r in timed)
     return row
 
 
