@@ -347,7 +347,7 @@ class AIM(_SelectMeasureGenerate):
             used = float(start + pick_cost.times(len(chosen) + 1)) / budget
             live = [r for r in self._live(fit, candidates, self.max_cells * used, chosen)
                     if r not in chosen]
-            if not live:  # a tiny domain: fewer candidates than picks (the rest goes unspent)
+            if not live:  # a tiny domain: later rounds (or, in the last, nothing) spend the rest
                 break
             for r in live:
                 if r not in errors:
