@@ -484,10 +484,13 @@ def fit_and_sample(source: duckdb.DuckDBPyRelation, plan: FitSpec, report: Progr
 
     When the policy asks for within-bin shapes (``decode: shape``) of a DP
     release that samples rows, :data:`shape.SHARE` of the budget measures them
-    and the synthesizer fits with the rest.
+    and the synthesizer fits with the rest; a representation (``range``) decodes
+    nothing and keeps its whole budget. ``spent``: every measurement's cost, the
+    fit's and the shapes' (what the provenance records against the charge).
     """
     rng = np.random.default_rng(plan.seed)
-    shaped = [] if plan.cost.is_zero else shape.shaped(plan.domain)
+    samples = getattr(plan.synth, "output", "rows") == "rows"
+    shaped = shape.shaped(plan.domain) if samples and not plan.cost.is_zero else []
     budget, shape_budget = plan.cost.split([1 - shape.SHARE, shape.SHARE]) if shaped \
         else (plan.cost, None)
     report("fit", 0, None)
@@ -517,7 +520,7 @@ def fit_and_sample(source: duckdb.DuckDBPyRelation, plan: FitSpec, report: Progr
     extra = dict(products().items()) if callable(products) else {}
     state = provenance.to_json(fitted.state()) \
         if callable(getattr(fitted, "state", None)) else None
-    return Synthetic(table, extra, description, state, fitted.spent, rows, copies, output)
+    return Synthetic(table, extra, description, state, spent, rows, copies, output)
 
 
 def _write_fresh(ctx: Context, plan: _Plan, audit_id: int, result: Synthetic,

@@ -2,10 +2,12 @@
 
 A synthesizer models a numeric column by its bins; decoding a bin with a
 uniform draw flattens every peak inside it (hours per week at 40, ages at round
-numbers). For the columns the policy marks ``decode: shape``, a release spends
-:data:`SHARE` of its budget on one noisy histogram per column over
-:data:`SUB_BINS` equal sub-bins of every bin, and decoding draws a sub-bin from
-its bin's noisy shape, then a value uniformly inside it.
+numbers). For the columns the policy marks ``decode: shape``, a release that
+samples rows spends :data:`SHARE` of its budget on one noisy histogram per
+column over :data:`SUB_BINS` equal sub-bins of every bin (its provenance's
+``spent`` counts them), and decoding draws a sub-bin from its bin's noisy
+shape, then a value uniformly inside it. A release of a representation
+(``range``) decodes nothing and measures no shape.
 
 Privacy: each histogram is a marginal of the bounded source (every value
 counted in exactly one cell, NULLs in none), so one privacy unit moves it by at
