@@ -174,7 +174,9 @@ class _Books:
     ``stored``: key -> size in bytes of every stored answer, committed or queued,
     oldest first (None: read them again from the table); this module is their only
     writer, and DuckDB lets one process at a time open the file, so a key not here
-    is stored nowhere. ``stored_bytes``: their sum.
+    is stored nowhere. ``shelves``: the same per user (user -> key -> size, oldest
+    first), and ``shelf_bytes`` each user's sum: a user's answers are dropped only
+    to keep that user within their share (:func:`cache_share`).
     ``settles``: the settles of answered DP queries not yet written, in order.
     The next write transaction writes them before its own rows (one durable
     commit for both); ``writer``, one thread, writes them after
@@ -186,7 +188,8 @@ class _Books:
         self.next_id: int | None = None
         self.totals: dict[str, Totals] = {}
         self.stored: dict[str, int] | None = None
-        self.stored_bytes = 0
+        self.shelves: dict[str, dict[str, int]] = {}
+        self.shelf_bytes: dict[str, int] = {}
         self.settles: list[_Settle] = []
         self.answers: dict[str, Sequence[Any]] = {}
         self.writer: ThreadPoolExecutor | None = None
@@ -216,8 +219,13 @@ class _Books:
         try:
             for settle in settles:
                 settle.write(cur)
-            if any(s.answer is not None for s in settles):
-                self.evict(max(s.cache_limit for s in settles), cur)
+            shares: dict[str, int] = {}  # per user who stored: their least share
+            for s in settles:
+                if s.answer is not None:
+                    user = s.answer[1]
+                    shares[user] = min(shares.get(user, s.cache_share), s.cache_share)
+            for user, share in shares.items():
+                self.evict(user, share, cur)
         except Exception:  # a bug: dropped, or it would fail every write after it
             logger.exception("writing queued settles failed; their requests stay open")
             self.committed(settles)
@@ -255,39 +263,63 @@ class _Books:
     def stored_answers(self, cur: duckdb.DuckDBPyConnection) -> dict[str, int]:
         """Key -> size of the stored answers, oldest first (caller holds the write lock)."""
         if self.stored is None:
-            self.stored = dict(cur.execute(
-                "SELECT key, strlen(plan) + strlen(noise) + octet_length(measures) "
-                "FROM dpsql.query_cache ORDER BY created_at, key").fetchall())
+            rows = cur.execute(
+                "SELECT key, user_name, strlen(plan) + strlen(noise) + octet_length(measures) "
+                "FROM dpsql.query_cache ORDER BY created_at, key").fetchall()
+            stored: dict[str, int] = {}  # filled, then published whole: readers take no lock
+            self.shelves, self.shelf_bytes = {}, {}
+            for key, user, size in rows:
+                self._put(stored, key, user, int(size))
             for key, row in self.answers.items():
-                self.stored.setdefault(key, answer_size(row))
-            self.stored_bytes = sum(self.stored.values())
+                if key not in stored:
+                    self._put(stored, key, row[1], answer_size(row))
+            self.stored = stored
         return self.stored
 
-    def keep(self, key: str, size: int, cur: duckdb.DuckDBPyConnection) -> None:
-        """Count the answer stored under ``key`` (caller holds the write lock)."""
-        self.stored_answers(cur)[key] = size
-        self.stored_bytes += size
+    def _put(self, stored: dict[str, int], key: str, user: str, size: int) -> None:
+        stored[key] = size
+        self.shelves.setdefault(user, {})[key] = size
+        self.shelf_bytes[user] = self.shelf_bytes.get(user, 0) + size
 
-    def evict(self, limit: int, cur: duckdb.DuckDBPyConnection) -> list[str]:
-        """Drop the oldest stored answers until they take at most 90% of ``limit`` bytes.
+    def keep(self, key: str, user: str, size: int, cur: duckdb.DuckDBPyConnection) -> None:
+        """Count ``user``'s answer stored under ``key`` (caller holds the write lock)."""
+        self._put(self.stored_answers(cur), key, user, size)
 
+    def evict(self, user: str, share: int, cur: duckdb.DuckDBPyConnection) -> list[str]:
+        """Drop ``user``'s oldest answers until theirs take at most 90% of ``share`` bytes.
+
+        Only ``user``'s own answers are dropped, and only when theirs pass ``share``,
+        so what another user stores never decides what this one pays for a repeat.
         Called in a write transaction that commits the deletion; returns the keys
-        dropped (none while the answers fit in ``limit``). Answers whose settle is
-        still queued are kept: their rows are not written yet.
+        dropped. Answers whose settle is still queued are kept: their rows are not
+        written yet.
         """
         stored = self.stored_answers(cur)
-        if self.stored_bytes <= limit:
+        shelf = self.shelves.get(user, {})
+        if self.shelf_bytes.get(user, 0) <= share:
             return []
         dropped = []
-        for key in list(stored):
-            if self.stored_bytes <= limit * 0.9:
+        for key in list(shelf):
+            if self.shelf_bytes[user] <= share * 0.9:
                 break
             if key in self.answers:
                 continue
-            self.stored_bytes -= stored.pop(key)
+            self.shelf_bytes[user] -= shelf.pop(key)
+            del stored[key]
             dropped.append(key)
         cur.execute("DELETE FROM dpsql.query_cache WHERE list_contains(?, key)", [dropped])
         return dropped
+
+    def trim(self, policy: Policy, cur: duckdb.DuckDBPyConnection) -> int:
+        """Drop every user's oldest answers beyond their share under ``policy``.
+
+        A user ``policy`` does not name has no share: their answers are dropped.
+        Returns how many were dropped (in ``cur``'s transaction).
+        """
+        self.stored_answers(cur)
+        share = cache_share(policy)
+        return sum(len(self.evict(user, share if user in policy.users else 0, cur))
+                   for user in list(self.shelves))
 
     def dataset_totals(self, dataset: str, cur: duckdb.DuckDBPyConnection) -> Totals:
         if dataset not in self.totals:
@@ -320,7 +352,7 @@ class _Settle:
     outcome: str
     reason: str | None
     answer: Sequence[Any] | None  # the dpsql.query_cache row, unless a twin's is stored
-    cache_limit: int  # the answer cache's limit in bytes, under the request's policy
+    cache_share: int  # the user's share of the answer cache in bytes, under the request's policy
 
     def write(self, cur: duckdb.DuckDBPyConnection) -> None:
         if self.answer is not None:
@@ -571,7 +603,7 @@ class Ledger:
         Settling a request that is not open is a bug.
         """
         settle = _Settle(audit_id, outcome, None if reason is None else storable(reason[:2000]),
-                         None, int(self.policy.answer_cache_mb * 1e6))
+                         None, cache_share(self.policy))
         if answer is None:
             with _writing(self.store) as (cur, _):
                 settle.write(cur)
@@ -580,7 +612,7 @@ class Ledger:
             books = self.store.state(_Books)
             twin = answer[0] in books.stored_answers(self.store.cursor())
             if not twin:
-                books.keep(answer[0], answer_size(answer), self.store.cursor())
+                books.keep(answer[0], answer[1], answer_size(answer), self.store.cursor())
             books.queue(self.store, replace(settle, answer=None if twin else answer))
         return not twin
 
@@ -649,6 +681,16 @@ def answer_stored(store: Store, key: str) -> bool:
     return key in stored  # a dict look-up: atomic, no lock needed
 
 
+def cache_share(policy: Policy) -> int:
+    """Each user's share of the answer cache in bytes: ``answer_cache_mb`` split equally.
+
+    Every user the policy names (administrators too) gets the same share, a
+    public figure no query changes; a user's answers are dropped only to keep
+    that user within it, so one user's answers never push out another's.
+    """
+    return int(policy.answer_cache_mb * 1e6) // max(1, len(policy.users))
+
+
 def answer_size(row: Sequence[Any]) -> int:
     """The bytes a ``dpsql.query_cache`` row counts against the cache's limit."""
     return len(row[6].encode()) + len(row[7].encode()) + len(row[8])
@@ -665,7 +707,9 @@ def apply_policy(store: Store, policy: Policy, applied_by: str,
     """Make ``policy`` the store's active one, audited in the same transaction.
 
     Its public tables are copied into the store in that transaction too
-    (:func:`dpsql.public.load_public_tables`).
+    (:func:`dpsql.public.load_public_tables`), and each user's stored answers are
+    trimmed to their share under it (:func:`cache_share`), so that the cache stays
+    within ``answer_cache_mb`` when the policy shrinks it or names more users.
     """
     def audit(cur: duckdb.DuckDBPyConnection, changes: list[str]) -> None:
         Ledger(store, policy).record(applied_by, None, f"policy apply {policy.source}",
@@ -674,9 +718,19 @@ def apply_policy(store: Store, policy: Policy, applied_by: str,
 
     def prepared(cur: duckdb.DuckDBPyConnection) -> list[str]:
         changes = prepare(cur) if prepare is not None else []
+        dropped = books.trim(policy, cur)
+        if dropped:
+            changes.append(f"answer cache: {dropped} stored answers beyond their user's new "
+                           "share dropped (a repeat of one is charged again)")
         return changes + load_public_tables(cur, policy)
 
-    return store.apply_policy(policy, applied_by, prepared, audit=audit)
+    with store.lock:
+        books = store.state(_Books)
+        try:
+            return store.apply_policy(policy, applied_by, prepared, audit=audit)
+        except BaseException:
+            books.stored = None  # the trim rolled back: read the answers again
+            raise
 
 
 _CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, fingerprint, "
