@@ -192,12 +192,14 @@ def releases(store: Store, *, include_superseded: bool = False) -> list[dict[str
     return [_row(r) for r in rows]
 
 
-def export(store: Store, name: str, path: str | Path) -> dict[str, Any]:
+def export(store: Store, name: str, path: str | Path, *, mode: int = 0o600) -> dict[str, Any]:
     """Write ``released.<name>`` to a Parquet file with its record in the key-value metadata.
 
     Released tables are free to read, so any user of the store may export one.
     Written by pyarrow (store connections have no file access) under a
-    temporary name and renamed, so a failure leaves no partial file.
+    temporary name and renamed, so a failure leaves no partial file. The file
+    gets ``mode`` (the owner's only unless the caller asks for more), also when
+    it replaces an older file with another mode.
     """
     import pyarrow.parquet as pq
 
@@ -215,12 +217,13 @@ def export(store: Store, name: str, path: str | Path) -> dict[str, Any]:
     temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         pq.write_table(data, temporary)
+        temporary.chmod(mode)
         temporary.replace(target)
     except OSError as err:
         temporary.unlink(missing_ok=True)
         raise ConfigurationError(f"cannot write {target}: {err.strerror}") from err
     return {"name": name, "path": str(target), "rows": data.num_rows,
-            "release_id": entry["release_id"]}
+            "release_id": entry["release_id"], "mode": f"{mode:o}"}
 
 
 def read_parquet_record(path: str | Path) -> dict[str, Any]:

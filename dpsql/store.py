@@ -35,12 +35,14 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
+from dpsql import scratch
 from dpsql.domain import quote
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
+from dpsql.files import make_store_private, private_umask
 from dpsql.policy import Dataset, Policy, did_you_mean
 from dpsql.synth.base import known_names
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # Rows per Arrow batch streamed into the store: a third of a DuckDB row group, which
 # the store still writes whole; a full row group's batch held ~25 MB more at the peak.
 IMPORT_BATCH_ROWS = 40_960
@@ -131,6 +133,9 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             submitted_at TIMESTAMP NOT NULL, finished_at TIMESTAMP, audit_id BIGINT,
             worker_pid INTEGER, folder VARCHAR, error VARCHAR)""",
     ]),
+    # 7: the delta a charge's partition selection spends, which the ledger sums per
+    # dataset so that no policy change lets the selections pass the policy's delta.
+    (7, ["ALTER TABLE dpsql.charges ADD COLUMN delta DOUBLE"]),
 ]
 
 logger = logging.getLogger(__name__)
@@ -253,6 +258,7 @@ class Store:
         DuckDB instances on one file would each keep their own charges.
         """
         resolved = Path(path).expanduser().resolve()
+        private_umask()  # the store and the WAL DuckDB re-creates at each checkpoint: 0600
         with _open_lock:
             key = _file_identity(resolved)
             if key is not None and create:
@@ -264,6 +270,8 @@ class Store:
             if existing is not None:
                 existing._users += 1
                 return existing
+            if key is not None:
+                make_store_private(resolved)
             store = cls(resolved, _connect(resolved, limits))
             try:
                 store._migrate(create)
@@ -334,8 +342,10 @@ class Store:
         Release jobs it left queued or running become ``interrupted``: their
         charge stays; the write of their result is one transaction, so nothing
         was written; their temporary folders, which hold the bounded rows, are
-        removed. This runs before anything else in this process opens a request.
+        removed, also one made before its job row recorded it (:mod:`dpsql.scratch`).
+        This runs before anything else in this process opens a request.
         """
+        scratch.sweep(self.path)
         with self.transaction() as cur:
             cur.execute(_REPAIR_AUDIT)
             for (folder,) in cur.execute("SELECT folder FROM dpsql.jobs WHERE state IN "

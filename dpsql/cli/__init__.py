@@ -20,6 +20,7 @@ import click
 from dpsql.cli import sigint
 from dpsql.cli.common import Caller, cli
 from dpsql.errors import DPSQLError
+from dpsql.files import private_umask
 
 EXIT_OS_ERROR = 74  # sysexits' EX_IOERR
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
@@ -40,6 +41,7 @@ def _load_commands() -> None:
 def main() -> None:
     """Entry point: run the CLI (through ``dpsql serve`` when it owns the store)."""
     sigint.install()
+    private_umask()  # stores, exports, drafts and reports: the owner's only (dpsql.files)
     run(sys.argv[1:])
 
 

@@ -19,6 +19,7 @@ from dpsql.cli.common import (
 from dpsql.cli.output import arrow_table, emit_json, heading, table
 from dpsql.draft import MAX_CATEGORIES
 from dpsql.errors import ConfigurationError
+from dpsql.files import write_private
 from dpsql.outside import HANDLINGS, DomainError, Handling, Outside, refusal, summary
 
 if TYPE_CHECKING:  # each command imports what it runs, so --help and --version stay fast
@@ -262,7 +263,7 @@ def policy_draft(file: str | None, db: str | None, table: str | None, dataset: s
     if output is None:
         click.echo(text, nl=False)
         return
-    Path(output).write_text(text, encoding="utf-8")
+    write_private(Path(output), text)  # it holds facts read from the private rows
     click.echo(f"wrote {output}: a draft read from the private data; decide what may be public "
                "before applying it", err=True)
 

@@ -332,23 +332,38 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
         click.echo(click.style("warning: ", fg="yellow", bold=True) + warning)
 
 
+def _file_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """An octal permission mode such as 600 or 0644."""
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise click.BadParameter(f"{value!r} is not an octal file mode such as 600 or 644")
+    return mode
+
+
 @cli.command("export")
 @click.argument("name")
 @click.argument("out", type=LocalPath(dir_okay=False))
+@click.option("--mode", default="600", show_default=True, callback=_file_mode,
+              help="The file's permissions, in octal (644 lets other local users read it).")
 @db_option
 @as_option
 @json_option
-def export_cmd(name: str, out: str, db: str, actor: str | None, as_json: bool) -> None:
+def export_cmd(name: str, out: str, mode: int, db: str, actor: str | None,
+               as_json: bool) -> None:
     """Write released table NAME to OUT (.parquet) with its provenance in the file metadata.
 
     The provenance record is the Parquet key-value metadata entry
     "dpsql.provenance" (JSON); pyarrow.parquet.read_schema(OUT).metadata reads it.
+    The file is readable by you only unless --mode says otherwise.
     """
     from dpsql.provenance import export
     from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
-        info = export(session.store, name, out)
+        info = export(session.store, name, out, mode=mode)
     if as_json:
         emit_json(info)
         return

@@ -30,15 +30,14 @@ import logging
 import os
 import queue
 import socket
-import stat
 import struct
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
 from dpsql.errors import ConfigurationError, StoreError
+from dpsql.files import check_private, runtime_dir
 
 log = logging.getLogger("dpsql.server.admin")
 
@@ -59,23 +58,7 @@ def socket_path(db: str | Path) -> Path | None:
         info = Path(db).expanduser().stat()
     except OSError:
         return None
-    return _runtime_dir() / f"{info.st_dev:x}-{info.st_ino:x}.sock"
-
-
-def _runtime_dir() -> Path:
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(base) / f"dpsql-{os.getuid()}"
-
-
-def check_private(path: Path, kind: str) -> None:
-    """Refuse ``path`` unless it is ours and nobody else may use it (mode 0700 / 0600)."""
-    info = os.lstat(path)
-    wanted = stat.S_ISDIR if kind == "directory" else stat.S_ISSOCK
-    if not wanted(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise ConfigurationError(
-            f"{path} is not a private {kind} of uid {os.getuid()} (owner uid {info.st_uid}, "
-            f"mode {stat.filemode(info.st_mode)}); dpsql refuses to use it as the admin "
-            "channel: remove it (dpsql serve makes a new one) or set XDG_RUNTIME_DIR")
+    return runtime_dir() / f"{info.st_dev:x}-{info.st_ino:x}.sock"
 
 
 def peer_uid(sock: socket.socket) -> int:
@@ -292,9 +275,7 @@ class AdminChannel:
 
     def start(self) -> None:
         """Listen (replacing a stale socket); refuse if another server answers on it."""
-        directory = self.path.parent
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        check_private(directory, "directory")
+        check_private(self.path.parent, "directory")
         if self.path.exists() or self.path.is_symlink():
             if connect(self.db) is not None:
                 raise StoreError(f"another dpsql serve answers on {self.path} for {self.db}; "
@@ -357,8 +338,8 @@ class AdminChannel:
         client = Client(conn, list(request.get("tty", [False, False, False])))
         threading.Thread(target=client.listen, name="dpsql-admin-input", daemon=True).start()
         log.info("admin channel: dpsql %s", " ".join(argv[:2]))
-        return run_for(client, argv, Caller(cwd=str(request.get("cwd", "/")), env=env),
-                       request.get("width"))
+        caller = Caller(cwd=str(request.get("cwd", "/")), env=env, store=str(self.db))
+        return run_for(client, argv, caller, request.get("width"))
 
 
 def run_for(client: Interruptible, argv: list[str], caller: Any, width: int | None = None) -> int:
@@ -391,7 +372,7 @@ def connect(db: str | Path) -> socket.socket | None:
     directory or socket, a loose mode) or answered by another uid.
     """
     path = socket_path(db)
-    if path is None or not path.parent.exists():
+    if path is None:
         return None
     check_private(path.parent, "directory")
     if not (path.exists() or path.is_symlink()):

@@ -1,0 +1,120 @@
+"""Files and folders dpsql creates are private to their owner, whatever the umask.
+
+A store file holds every sensitive row, the store secret, password verifiers
+and the audit log; its write-ahead log holds recent rows too. DuckDB creates
+both with the process's umask and has no setting for their mode, and it
+deletes and re-creates the ``.wal`` at every checkpoint, so a mode set once
+on the file does not last. The one rule that holds by construction is the
+process's umask: :func:`private_umask` adds ``077`` to it in every process
+that opens a store (the CLI, the server, a release worker, a script calling
+``dpsql.connect``), so every file made afterwards is the owner's alone.
+
+Folders dpsql makes for itself (the runtime folder of admin sockets, release
+and free-query temporary folders) are made with mode 0700 and checked, not
+trusted, when they already exist: another local user may have made them first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from dpsql.errors import ConfigurationError, StoreError
+
+log = logging.getLogger("dpsql.files")
+
+#: The permission bits of group and others: none of them is set on what dpsql makes.
+OTHERS = 0o077
+
+
+def private_umask() -> None:
+    """Make every file this process creates from now on private to its owner (umask |= 077).
+
+    Process-wide on purpose (see the module docstring); it only ever removes
+    permissions, and it is set once, never swapped back and forth.
+    """
+    current = os.umask(OTHERS)
+    os.umask(current | OTHERS)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (UTF-8), readable by its owner only, also if it existed."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(descriptor, "w", encoding="utf-8") as out:
+        os.fchmod(descriptor, 0o600)
+        out.write(text)
+
+
+def store_files(path: Path) -> list[Path]:
+    """The files of the store at ``path`` that exist now: the database and its WAL."""
+    return [p for p in (path, path.with_name(path.name + ".wal")) if p.exists()]
+
+
+def make_store_private(path: Path) -> list[str]:
+    """Give the store's files mode 0600 when others could read them; the notices to show.
+
+    A store (or WAL) of ours that others may read is fixed at once, with a
+    notice, rather than refused: refusing would leave it readable until its
+    owner acts. One owned by another user cannot be fixed by us and is refused,
+    naming the command its owner runs.
+    """
+    notices = []
+    for file in store_files(path):
+        info = file.stat()
+        if not info.st_mode & OTHERS:
+            continue
+        mode = stat.filemode(info.st_mode)
+        if info.st_uid != os.getuid():
+            raise StoreError(f"{file} may be read by other users ({mode}) and belongs to uid "
+                             f"{info.st_uid}, not to you; its owner should run: chmod 600 "
+                             f"{file}")
+        file.chmod(0o600)
+        notices.append(f"{file} could be read by other users ({mode}); dpsql made it private "
+                       "(chmod 600): a store holds every sensitive row and the password "
+                       "verifiers")
+    for notice in notices:
+        log.warning("%s", notice)
+    return notices
+
+
+def check_private(path: Path, kind: str) -> None:
+    """Refuse ``path`` unless it is ours and nobody else may use it (mode 0700 / 0600)."""
+    info = os.lstat(path)
+    wanted = stat.S_ISDIR if kind == "directory" else stat.S_ISSOCK
+    if not wanted(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & OTHERS:
+        raise ConfigurationError(
+            f"{path} is not a private {kind} of uid {os.getuid()} (owner uid {info.st_uid}, "
+            f"mode {stat.filemode(info.st_mode)}); dpsql refuses to use it: remove it "
+            "(dpsql makes a new one) or set XDG_RUNTIME_DIR")
+
+
+def runtime_dir() -> Path:
+    """The folder of this user's admin sockets (and other per-server files), made if absent.
+
+    ``$XDG_RUNTIME_DIR/dpsql-<uid>`` when that is set (the session's private folder),
+    else ``<tmp>/dpsql-<uid>``. Anyone may create that name in a shared temporary
+    folder before us: when it exists and is not a folder of ours, the user's
+    ``~/.cache/dpsql-run`` is used instead, so a squatter blocks nothing. A
+    folder of ours whose mode others may use is refused (we did not make it so).
+    Server and clients apply the same rule, so they find the same folder.
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    name = f"dpsql-{os.getuid()}"
+    candidates = [Path(runtime) / name] if runtime else [
+        Path(tempfile.gettempdir()) / name, Path.home() / ".cache" / "dpsql-run"]
+    for candidate in candidates:
+        candidate.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            candidate.mkdir(mode=0o700)
+        info = os.lstat(candidate)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            check_private(candidate, "directory")
+            return candidate
+        log.warning("%s belongs to uid %d or is not a folder: another user made it; using "
+                    "the next private folder instead", candidate, info.st_uid)
+    raise ConfigurationError(f"no private runtime folder: {', '.join(map(str, candidates))} "
+                             "belong to other users; set XDG_RUNTIME_DIR to a folder of yours")
