@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -35,15 +37,18 @@ class Caller:
     the options' defaults ($DPSQL_DB, $DPSQL_USER), so a command means the same
     wherever it runs. A command run locally has no Caller: the process is theirs.
 
-    A ``remote`` caller is a SQL administrator (``CALL dpsql``), not the server's
-    operating-system user: its store and user are fixed (``--db``, ``--as`` and
-    ``--user`` refused) and it may name no file on the server machine.
+    A ``remote`` caller is a SQL administrator (``CALL dpsql``, the console), not
+    the server's operating-system user: its store and user are fixed (``--db``,
+    ``--as`` and ``--user`` refused) and it may name no file on the server
+    machine at all. A local caller (the admin socket: the same uid) may name
+    files, but never the served ``store``'s own files.
     """
 
     cwd: str
     env: Mapping[str, str] = field(default_factory=dict)
     error: Exception | None = None  # the dpsql error that ended the command, if one did
     remote: bool = False
+    store: str | None = None  # the served store's path
 
 
 def _caller(ctx: click.Context | None = None) -> Caller | None:
@@ -51,15 +56,34 @@ def _caller(ctx: click.Context | None = None) -> Caller | None:
     return ctx.find_object(Caller) if ctx is not None else None
 
 
-def here(path: str, ctx: click.Context | None = None) -> str:
-    """``path`` as the caller means it: relative to their working directory (- stays -)."""
+def here(path: str, ctx: click.Context | None = None, *, store: bool = False) -> str:
+    """``path`` as the caller means it: relative to their working directory (- stays -).
+
+    ``store``: the path is the --db option's default, the served store itself.
+    """
     caller = _caller(ctx)
-    if caller is not None and caller.remote and path != caller.env.get("DPSQL_DB"):
-        raise AccessDenied(f"CALL dpsql reads and writes no file of the server machine "
-                           f"({path}); run this command in a shell there")
+    if caller is not None and caller.remote and not store:
+        raise AccessDenied(f"CALL dpsql and the console read and write no file of the server "
+                           f"machine ({path}); run this command in a shell there")
     if caller is None or path == "-":
         return path
-    return os.path.join(caller.cwd, os.path.expanduser(path))
+    resolved = os.path.join(caller.cwd, os.path.expanduser(path))
+    if not store and caller.store is not None and _is_store_file(resolved, caller.store):
+        raise AccessDenied(f"{path} is a file of the served store {caller.store}; a command "
+                           "run through dpsql serve may not read or write it")
+    return resolved
+
+
+def _is_store_file(path: str, store: str) -> bool:
+    """Whether ``path`` names the store at ``store`` or its WAL (by identity, or by name)."""
+    target = Path(path).resolve()
+    for own in (Path(store), Path(store + ".wal")):
+        if target == own.resolve():
+            return True
+        with contextlib.suppress(OSError):
+            if os.path.samefile(target, own):
+                return True
+    return False
 
 
 class CallerOption(click.Option):
@@ -91,8 +115,9 @@ class LocalPath(click.Path):
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
         """Resolve against the caller's directory, then check as click.Path does."""
-        return super().convert(here(value, ctx) if isinstance(value, str) else value,
-                               param, ctx)
+        store = isinstance(param, CallerOption)  # --db: a remote caller's is its default
+        return super().convert(here(value, ctx, store=store) if isinstance(value, str)
+                               else value, param, ctx)
 
 
 class LocalFile(click.File):

@@ -96,7 +96,7 @@ def call(session: Session, command: str, statement: str | None = None) -> CallAn
     args = _arguments(command)
     caller = Caller(cwd=str(session.store.path.parent),
                     env={"DPSQL_DB": str(session.store.path), "DPSQL_USER": session.user},
-                    remote=True)  # --db, --as, --user and file paths are refused
+                    remote=True, store=str(session.store.path))  # no --db, --as, --user, file
     collector = Collector()
     with session.interrupts.running(collector):  # type: ignore[arg-type]
         code = run_for(collector, args, caller)

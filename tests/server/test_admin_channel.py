@@ -331,3 +331,35 @@ def test_sigterm_cancels_a_running_release_and_the_charge_stays(runtime, tmp_pat
         [("cancelled", True)] * 2
     assert not {"cut", "queued"} & {t for (t,) in tables}
     assert [(r["outcome"], r["cost"] is not None) for r in audit] == [("cancelled", True)] * 2
+
+
+def test_a_command_through_the_server_cannot_overwrite_or_read_the_store(served, store):
+    """The admin socket's caller is the same uid, but the served store's files are off limits."""
+    before = store.stat().st_size
+    for args in (["policy", "draft", "--table", "adult", "-o", str(store)],
+                 ["policy", "draft", "--table", "adult", "-o", f"{store}.wal"],
+                 ["policy", "check", str(store)]):
+        refused = dpsql(*args, "--db", str(store), cwd=store.parent)
+        assert refused.returncode != 0, args
+        assert "is a file of the served store" in refused.stderr, refused.stderr
+    assert store.stat().st_size >= before
+    assert dpsql("budget", "show", "--db", str(store)).returncode == 0  # still a store
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder of another uid needs root")
+def test_a_runtime_folder_squatted_by_another_user_blocks_nothing(tmp_path, monkeypatch):
+    """Another local user made <tmp>/dpsql-<our uid> first: serve and commands still work."""
+    shared, home = tmp_path / "tmp", tmp_path / "home"
+    shared.mkdir(mode=0o1777)
+    home.mkdir(mode=0o700)
+    squatted = shared / f"dpsql-{os.getuid()}"
+    squatted.mkdir(mode=0o777)
+    os.chown(squatted, 65534, 65534)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(shared))
+    monkeypatch.setenv("HOME", str(home))
+    store = make_store(tmp_path / "squat.duckdb")
+    with start_server(serve_args(store)):
+        shown = dpsql("budget", "show", "--db", str(store))
+        assert shown.returncode == 0, shown.stderr
+    assert list((home / ".cache" / "dpsql-run").iterdir()) == []  # its socket, now removed
