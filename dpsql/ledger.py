@@ -27,12 +27,14 @@ Readers take no lock: DuckDB gives each cursor a snapshot.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, field, replace
 from datetime import datetime
+from fractions import Fraction
 from typing import Any
 
 import duckdb
@@ -171,6 +173,8 @@ class _Books:
     ``next_id``: the next audit id (None: read it again from the table).
     ``totals``: the summed ledger rows per dataset, read once, then kept current
     by the charges and grants written here (the only writer of the file).
+    ``deltas``: the same for the delta the charges' partition selections spent,
+    per dataset, summed exactly (each stored float is an exact fraction).
     ``stored``: key -> size in bytes of every stored answer, committed or queued,
     oldest first (None: read them again from the table); this module is their only
     writer, and DuckDB lets one process at a time open the file, so a key not here
@@ -187,6 +191,7 @@ class _Books:
     def __init__(self) -> None:
         self.next_id: int | None = None
         self.totals: dict[str, Totals] = {}
+        self.deltas: dict[str, Fraction] = {}
         self.stored: dict[str, int] | None = None
         self.shelves: dict[str, dict[str, int]] = {}
         self.shelf_bytes: dict[str, int] = {}
@@ -240,7 +245,7 @@ class _Books:
 
     def undo(self, settles: list[_Settle]) -> None:
         """A write failed after writing ``settles``: forget what it counted, queue them again."""
-        self.next_id, self.totals, self.stored = None, {}, None
+        self.next_id, self.totals, self.deltas, self.stored = None, {}, {}, None
         self.settles[:0] = settles
 
     def close(self) -> None:
@@ -328,14 +333,25 @@ class _Books:
                                                          [int(u) for u in r[5]]] for r in rows}
         return self.totals[dataset]
 
-    def add(self, src: str, dataset: str, user: str, cost: PrivacyCost) -> None:
-        """Count one row written in the current transaction."""
+    def add(self, src: str, dataset: str, user: str, cost: PrivacyCost,
+            delta: float = 0.0) -> None:
+        """Count one row written in the current transaction (``delta``: its selection's)."""
         totals = self.totals.get(dataset)
         if totals is not None:
             entry = totals.setdefault((src, user, cost.kind), [0, False, []])
             entry[0] += cost.units
             entry[1] = entry[1] or cost.infinite
             entry[2].append(cost.units)
+        if delta and dataset in self.deltas:
+            self.deltas[dataset] += Fraction(delta)
+
+    def delta_spent(self, dataset: str, cur: duckdb.DuckDBPyConnection) -> Fraction:
+        """The exact sum of the delta every charge on ``dataset`` spent on partition selection."""
+        if dataset not in self.deltas:
+            rows = cur.execute("SELECT delta FROM dpsql.charges WHERE dataset = ? AND delta > 0",
+                               [dataset]).fetchall()
+            self.deltas[dataset] = sum((Fraction(r[0]) for r in rows), Fraction(0))
+        return self.deltas[dataset]
 
 
 #: How long an answered query's settle waits for a write to ride with (seconds).
@@ -504,31 +520,39 @@ class Ledger:
             out.append(entry)
         return out
 
+    def delta_spent(self, dataset: str) -> float:
+        """The delta partition selection has spent on ``dataset`` so far (all users), rounded up."""
+        with self.store.lock:
+            return _float_up(self.store.state(_Books).delta_spent(dataset, self.store.cursor()))
+
     # -- writing ------------------------------------------------------------------------
     def charge(self, user: str, dataset: str, cost: PrivacyCost, statement: str,
-               action: str = "query") -> Charge:
+               action: str = "query", *, delta: float = 0.0) -> Charge:
         """Debit ``cost`` (one row, which opens the request), or raise BudgetExceeded.
 
         Must be called before any private value is computed. The check and the
         debit run under the store's write lock, so concurrent charges cannot
         overspend. A refusal commits a settled audit row ("refused") instead; a
         charge's audit row is written when :meth:`settle` closes the request.
+        ``delta``: what the request's partition selection spends (0: none), kept
+        with the charge; the dataset's selections never pass the policy's delta.
         """
         cost = cost.to(self.policy.accounting)
         cap = self.policy.dataset(dataset).query_cap if action == "query" else None
         with _writing(self.store) as (cur, books):
             standing = self._standing(books, user, dataset, cur)
-            reason = self._refusal(standing, cost, cap)
+            reason = self._refusal(standing, cost, cap) \
+                or self._delta_refusal(books.delta_spent(dataset, cur), dataset, delta)
             row = self._row(books.take_id(cur), user, dataset, action, statement, cost,
                             "refused" if reason else "charged", reason)
             if reason is not None:
                 row.insert(cur)
             else:
-                cur.execute(f"INSERT INTO {_CHARGES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                cur.execute(f"INSERT INTO {_CHARGES} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             [row.id, row.at, user, dataset, cost.kind, cost.units,
                              cost.infinite, self.policy.fingerprint, row.id, action,
-                             row.statement])
-                books.add("charge", dataset, user, cost)
+                             row.statement, delta or None])
+                books.add("charge", dataset, user, cost, delta)
         if reason is not None:
             raise BudgetExceeded(reason)
         remaining = replace(standing, spent=standing.spent + cost,
@@ -555,6 +579,27 @@ class Ledger:
                     f"total budget has {left.describe(delta, 'down')} left; an "
                     "administrator can raise it in the policy (dpsql policy apply)")
         return None
+
+    def _delta_refusal(self, spent: Fraction, dataset: str, delta: float) -> str | None:
+        """Why a selection spending ``delta`` on ``dataset`` is refused (None: it is not).
+
+        Each selection spends the policy's delta times its query's share of the
+        dataset's budget, so the shares sum to at most the policy's delta while the
+        budget stays; a policy that raises the budget leaves the earlier, larger
+        shares spent, so the lifetime sum ``spent`` (exact) is checked here. A
+        dataset with an unbounded budget promises nothing finite: not checked.
+        """
+        policy = self.policy
+        if not delta or policy.dataset(dataset).budget.infinite:
+            return None
+        if spent + Fraction(delta) <= Fraction(policy.delta or 0):
+            return None
+        return (f"the keys of this GROUP BY come from partition selection, which would spend "
+                f"delta={delta:.3g} on {dataset}, but selections there have spent "
+                f"delta={_float_up(spent):.4g} of the policy's "
+                f"delta={policy.delta}; list the column's values in the policy (no delta is "
+                "spent then), or an administrator can raise delta in the policy "
+                "(dpsql policy apply)")
 
     def _row(self, audit_id: int, user: str, dataset: str | None, action: str,
              statement: str | None, cost: PrivacyCost | None, outcome: str,
@@ -636,6 +681,12 @@ class Ledger:
             row.insert(cur)
             books.add("grant", dataset, user, amount)
         return self.budget(user, dataset)
+
+
+def _float_up(value: Fraction) -> float:
+    """The least float at least ``value``: a sum of deltas shown never under-counts."""
+    shown = float(value)
+    return shown if Fraction(shown) >= value else math.nextafter(shown, math.inf)
 
 
 def _close_open(cur: duckdb.DuckDBPyConnection, audit_id: int, outcome: str,
@@ -734,7 +785,7 @@ def apply_policy(store: Store, policy: Policy, applied_by: str,
 
 
 _CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, fingerprint, "
-            "audit_id, action, statement)")
+            "audit_id, action, statement, delta)")
 
 
 def storable(text: str) -> str:

@@ -444,7 +444,9 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
         return _answer(call, plan, stored.noises, stored.measures, call.zero, remaining,
                        notice, True, audit)
     query = _bind(call, prepared)
-    charge = call.ledger.charge(call.user, dataset, prepared.cost, text)
+    selection = prepared.selection
+    charge = call.ledger.charge(call.user, dataset, prepared.cost, text,
+                                delta=selection.delta if selection is not None else 0.0)
     notice = (f"dpsql: {dataset}: charged {meta.both_units(prepared.cost, policy.delta)}"
               f"{_selection_note(prepared.selection)}; "
               f"remaining {meta.both_units(charge.remaining, policy.delta, 'down')}")

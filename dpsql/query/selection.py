@@ -22,7 +22,8 @@ et al. 2009, Wilson et al. 2020 use the same thresholded-count argument with
 Laplace noise). Approximate zCDP composes by adding rhos and adding deltas, so
 each query's selection gets the policy's delta times the query's share of the
 dataset's total budget (:func:`selection_delta`): however many queries select
-keys, their deltas add up to at most the policy's delta, and the dataset's
+keys, their deltas add up to at most the policy's delta (the ledger keeps each
+with its charge and refuses one that would pass it), and the dataset's
 guarantee stays (epsilon(rho, delta_policy), 2 delta_policy)-DP at the most,
 where epsilon is what the ledger shows. Pure accounting has no delta, so it
 refuses such a query.
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -58,14 +60,19 @@ def selection_delta(policy_delta: float | None, cost: PrivacyCost,
 
     ``cost``: the query's; ``total``: its dataset's budget, which the ledger keeps
     the sum of every charge under, so the selections' deltas sum to at most the
-    policy's. A dataset without a finite budget promises nothing finite: each
-    selection then spends the policy's delta.
+    policy's: the share is rounded down to a float, so that the floats the ledger
+    sums exactly do too. The ledger also refuses a selection that would bring the
+    dataset's lifetime sum past the policy's delta (a policy apply that raises the
+    budget leaves the earlier, larger shares spent). A dataset without a finite
+    budget promises nothing finite: each selection then spends the policy's delta.
     """
     if policy_delta is None:
         return None
     if total.infinite or cost.infinite or total.is_zero:
         return policy_delta
-    return policy_delta * min(1.0, float(cost.value / total.value))
+    exact = Fraction(policy_delta) * min(Fraction(1), cost.value / total.value)
+    share = float(exact)
+    return share if Fraction(share) <= exact else math.nextafter(share, 0.0)
 
 
 def threshold(noise: Noise, max_rows: int, delta: float) -> int:
