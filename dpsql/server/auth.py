@@ -18,7 +18,7 @@ import secrets
 import stringprep
 import time
 import unicodedata
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -270,30 +270,42 @@ def load_verifier(store: Store, user: str) -> Verifier | None:
 class _Failures:
     count: int = 0
     last: float = 0.0
-    until: float = 0.0  # attempts are refused before this time
+    until: float = 0.0  # attempts are refused (a pair) or held (an address) before this time
 
 
 class LoginBackoff:
-    """Failed logins per (user name, client address), refused for longer after each one.
+    """Failed logins: refusals per (user name, client address), slower failures per address.
 
     After ``free`` failures in a row a pair is refused for ``base`` seconds,
     doubling with each further failure up to ``ceiling``; a success, or
-    ``forget`` seconds without a failure, clears it. An address is limited the
-    same way over all names (after ``free_per_host`` failures), so it cannot try
-    many names quickly. Known and unknown names count alike (a refusal says
-    nothing about which users exist), and a name refused at one address still
-    logs in from another. At most ``capacity`` pairs are kept, the least
-    recently failed dropped first, so a flood of names cannot exhaust memory.
-    Used from the event loop only.
+    ``forget`` seconds without a failure, clears it. A name refused at one
+    address still logs in from another, and other names from that address.
+    Every name counts, known or not, so refusals tell nothing about which
+    users exist.
+
+    An address's failures over all names never refuse anyone: that would let
+    made-up names lock every user of the address out. After ``free_per_host``
+    of them, each further failure from it is answered only after :meth:`hold`
+    seconds (``base``, doubling up to ``hold_ceiling``), while the server keeps
+    that attempt's login slot: with the per-address cap on login slots this
+    bounds how fast one address can guess, and a correct password is never
+    held. Known and unknown names count alike here too: a count of unknown
+    names only would change the hold, and so tell, when a name does not exist.
+
+    At most ``capacity`` pairs and addresses are kept, the least recently
+    failed dropped first, so a flood of names cannot exhaust memory. Not
+    thread-safe (the wire server uses it from its event loop; the console
+    under a lock).
     """
 
     def __init__(self, *, free: int = 5, free_per_host: int = 50, base: float = 1.0,
-                 ceiling: float = 300.0, forget: float = 900.0, capacity: int = 10_000,
-                 clock: Callable[[], float] | None = None) -> None:
+                 ceiling: float = 300.0, hold_ceiling: float = 5.0, forget: float = 900.0,
+                 capacity: int = 10_000, clock: Callable[[], float] | None = None) -> None:
         self.free = free
         self.free_per_host = free_per_host
         self.base = base
         self.ceiling = ceiling
+        self.hold_ceiling = hold_ceiling
         self.forget = forget
         self.capacity = capacity
         self._clock = clock or time.monotonic
@@ -307,26 +319,82 @@ class LoginBackoff:
         return entry
 
     def wait(self, user: str, host: str) -> float:
-        """Seconds before ``user`` may try again from ``host`` (0: now)."""
-        now = self._clock()
-        entries = [self._current((user, host)), self._current((None, host))]
-        return max([e.until - now for e in entries if e is not None] + [0.0])
+        """Seconds before ``user`` may try again from ``host`` (0: now): its own failures only."""
+        entry = self._current((user, host))
+        return max(0.0, entry.until - self._clock()) if entry is not None else 0.0
+
+    def hold(self, host: str) -> float:
+        """Seconds to hold the answer to a failed login from ``host`` (0: none)."""
+        entry = self._current((None, host))
+        return max(0.0, entry.until - self._clock()) if entry is not None else 0.0
 
     def failed(self, user: str, host: str) -> None:
-        """Record a failed login."""
+        """Record a failed login (call it before :meth:`hold`, which then counts it).
+
+        The pair's refusal starts when the held answer is given, not before.
+        """
         now = self._clock()
-        for key, free in (((user, host), self.free), ((None, host), self.free_per_host)):
-            entry = self._current(key) or _Failures()
-            entry.count += 1
-            entry.last = now
-            if entry.count >= free:
-                entry.until = now + min(self.ceiling, self.base * 2.0 ** min(entry.count - free,
-                                                                             64))
-            self._failures[key] = entry
-            self._failures.move_to_end(key)
+        address = self._count((None, host), now, now, self.free_per_host, self.hold_ceiling)
+        self._count((user, host), now, max(now, address.until), self.free, self.ceiling)
         while len(self._failures) > self.capacity:
             self._failures.popitem(last=False)
+
+    def _count(self, key: tuple[str | None, str], now: float, start: float, free: int,
+               ceiling: float) -> _Failures:
+        """Count a failure of ``key``; past ``free`` of them, it waits from ``start`` on."""
+        entry = self._current(key) or _Failures()
+        entry.count += 1
+        entry.last = now
+        if entry.count >= free:
+            entry.until = start + min(ceiling, self.base * 2.0 ** min(entry.count - free, 64))
+        self._failures[key] = entry
+        self._failures.move_to_end(key)
+        return entry
 
     def succeeded(self, user: str, host: str) -> None:
         """A login succeeded: forget the pair's failures (the address's stay)."""
         self._failures.pop((user, host), None)
+
+
+# -- login slots -----------------------------------------------------------------------------
+
+
+class LoginSlots:
+    """Slots of the connections still logging in: ``total``, and ``per_address`` for one address.
+
+    A connection holds one from accept until it has logged in or closed. Without
+    the cap per address, one stranger's idle sockets (re-opened at every login
+    timeout) would hold them all and keep every login out; with it, an address
+    can only crowd out its own logins. Used from the event loop only.
+    """
+
+    TOTAL = "total"  # why a slot was refused: all of them are taken
+    ADDRESS = "address"  # the address holds its share
+
+    def __init__(self, total: int, per_address: int) -> None:
+        self.total = total
+        self.per_address = per_address
+        self._hosts: dict[int, str] = {}  # pid -> client address
+        self._per_host: Counter[str] = Counter()
+
+    def take(self, pid: int, host: str) -> str | None:
+        """Give connection ``pid`` from ``host`` a slot; None, or why not (TOTAL, ADDRESS)."""
+        if len(self._hosts) >= self.total:
+            return self.TOTAL
+        if self._per_host[host] >= self.per_address:
+            return self.ADDRESS
+        self._hosts[pid] = host
+        self._per_host[host] += 1
+        return None
+
+    def release(self, pid: int) -> None:
+        """Free ``pid``'s slot (logged in or closed); nothing if it holds none."""
+        host = self._hosts.pop(pid, None)
+        if host is not None:
+            self._per_host[host] -= 1
+            if not self._per_host[host]:
+                del self._per_host[host]
+
+    def held(self, host: str | None = None) -> int:
+        """Slots held now, in all or by ``host``."""
+        return len(self._hosts) if host is None else self._per_host[host]

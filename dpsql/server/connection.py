@@ -123,13 +123,16 @@ class Connection:
         """Serve until the client leaves, breaks the protocol or the server stops.
 
         Until it has logged in, a connection holds one of the server's few login
-        slots (not a client slot) and must finish within the login timeout.
+        slots (not a client slot; an address has its share of them) and must
+        finish within the login timeout.
         """
         config = self.server.config
         try:
-            if not self.server.register(self):
-                await self._fatal("53300", "sorry, too many connections are logging in at "
-                                  "once; try again in a few seconds")
+            refused = self.server.register(self)
+            if refused is not None:
+                origin = " from your address" if refused == auth.LoginSlots.ADDRESS else ""
+                await self._fatal("53300", f"sorry, too many connections are logging in{origin}"
+                                  " at once; try again in a few seconds")
                 return
             login = await asyncio.wait_for(self._startup(), config.login_timeout)
             if login is not None and await self._open_session(*login):
@@ -263,7 +266,10 @@ class Connection:
         except auth.AuthFailed:
             server.backoff.failed(user, self.host)
             log.warning("failed login for user %r from %s", user, self.host)
-            await asyncio.sleep(server.config.failed_login_delay)
+            # Held in its login slot, whatever the client does: an address that fails
+            # often can only guess as fast as its share of slots allows.
+            await asyncio.sleep(max(server.config.failed_login_delay,
+                                    server.backoff.hold(self.host)))
             await self._fatal("28P01", f'password authentication failed for user "{user}"')
             return False
         server.backoff.succeeded(user, self.host)

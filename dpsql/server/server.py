@@ -28,7 +28,7 @@ from dpsql.errors import AddressInUse, ConfigurationError
 from dpsql.jobs import jobs
 from dpsql.server import procedure
 from dpsql.server.admin import AdminChannel
-from dpsql.server.auth import LoginBackoff
+from dpsql.server.auth import LoginBackoff, LoginSlots
 from dpsql.server.catalog import CatalogSource
 from dpsql.server.connection import Connection
 from dpsql.server.router import StatementHandler
@@ -53,13 +53,14 @@ class ServerConfig:
     allow_plaintext: bool = False
     max_clients: int = 200  # logged-in connections
     max_pending_logins: int = 64  # connections still logging in (their own slots)
+    max_pending_logins_per_address: int = 8  # of those, from one client address
     login_timeout: float = 10.0  # seconds from connecting to logged in
     statement_timeout: float = 300.0  # seconds; 0 means none
     max_message: int = 1 << 20
     workers: int = 8
     failed_login_delay: float = 0.5
     login_failures_free: int = 5  # per (user, address), then refusals from 1 s, doubling
-    login_failures_free_per_host: int = 50
+    login_failures_free_per_host: int = 50  # then failures from the address are held
     console_port: int | None = None  # the admins' web console on 127.0.0.1 (None: off)
     console_prefix: str | None = None  # its secret path prefix (None: a random one)
 
@@ -77,8 +78,12 @@ class Server:
         self.handler_factory = handler_factory or _default_handler
         self.secret = secrets.token_bytes(32)
         self.started = datetime.now(timezone.utc).isoformat()
+        # A held failure must end before the login timer does, or it would not be answered.
         self.backoff = LoginBackoff(free=config.login_failures_free,
-                                    free_per_host=config.login_failures_free_per_host)
+                                    free_per_host=config.login_failures_free_per_host,
+                                    hold_ceiling=min(5.0, config.login_timeout / 2))
+        self.logins = LoginSlots(config.max_pending_logins,
+                                 config.max_pending_logins_per_address)
         self.executor = ThreadPoolExecutor(max_workers=config.workers,
                                            thread_name_prefix="dpsql-serve")
         self.tls_context = _tls_context(config)
@@ -98,13 +103,12 @@ class Server:
         self._next_pid += 1
         return self._next_pid
 
-    def register(self, connection: Connection) -> bool:
-        """Count a new connection, not logged in yet; False when the login slots are full."""
-        logging_in = sum(1 for c in self._connections.values() if c.user is None)
-        if logging_in >= self.config.max_pending_logins:
-            return False
-        self._connections[connection.pid] = connection
-        return True
+    def register(self, connection: Connection) -> str | None:
+        """Count a new connection in a login slot; None, or why not (see :class:`LoginSlots`)."""
+        refused = self.logins.take(connection.pid, connection.host)
+        if refused is None:
+            self._connections[connection.pid] = connection
+        return refused
 
     def log_in(self, connection: Connection, user: str) -> bool:
         """Move an authenticated connection to a client slot; False when they are full."""
@@ -112,11 +116,13 @@ class Server:
         if clients >= self.config.max_clients:
             return False
         connection.user = user
+        self.logins.release(connection.pid)
         return True
 
     def unregister(self, connection: Connection) -> None:
         """Forget a closed connection."""
         self._connections.pop(connection.pid, None)
+        self.logins.release(connection.pid)
 
     def count_user(self, user: str) -> int:
         """Connections ``user`` has open now."""

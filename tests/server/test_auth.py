@@ -73,20 +73,27 @@ def test_saslprep_maps_spaces_and_keeps_invalid_text():
 
 def test_login_backoff_grows_per_user_and_address():
     now = [0.0]
-    backoff = auth.LoginBackoff(free=3, free_per_host=6, base=1, ceiling=8, forget=100,
-                                clock=lambda: now[0])
+    backoff = auth.LoginBackoff(free=3, free_per_host=6, base=1, ceiling=8, hold_ceiling=4,
+                                forget=100, clock=lambda: now[0])
     for _ in range(2):
         backoff.failed("eve", "10.0.0.1")
     assert backoff.wait("eve", "10.0.0.1") == 0  # fewer than `free` failures: no refusal
-    waits = []
+    waits, holds = [], []
     for _ in range(5):
         backoff.failed("eve", "10.0.0.1")
         waits.append(backoff.wait("eve", "10.0.0.1"))
-    assert waits == [1, 2, 4, 8, 8]  # doubling up to the ceiling
+        holds.append(backoff.hold("10.0.0.1"))
+    assert holds == [0, 0, 0, 1, 2]  # 6 = free_per_host: the address's failures are held
+    # doubling up to the ceiling, from the answer on (after the hold)
+    assert waits == [1, 2, 4, 1 + 8, 2 + 8]
     assert backoff.wait("eve", "10.0.0.2") == 0  # the same name from another address
-    assert backoff.wait("alice", "10.0.0.1") == 2  # 7 > free_per_host: the whole address
+    assert backoff.wait("alice", "10.0.0.1") == 0  # another name at that address
+    for _ in range(3):
+        backoff.failed("mallory", "10.0.0.1")
+    assert backoff.hold("10.0.0.1") == 4  # up to its own ceiling
+    assert backoff.hold("10.0.0.2") == 0
     now[0] = 8.5
-    assert backoff.wait("alice", "10.0.0.1") == 0
+    assert backoff.hold("10.0.0.1") == 0
     backoff.succeeded("eve", "10.0.0.1")
     assert backoff.wait("eve", "10.0.0.1") == 0
     backoff.failed("bob", "10.0.0.3")
@@ -96,11 +103,43 @@ def test_login_backoff_grows_per_user_and_address():
     assert backoff.wait("bob", "10.0.0.3") == 0
 
 
+def test_made_up_names_never_refuse_a_known_user_at_their_address():
+    # Issue 40: 56 failures under made-up names refused every user at the address, for
+    # up to 5 minutes, with the right password. Now they only hold failures.
+    now = [0.0]
+    backoff = auth.LoginBackoff(clock=lambda: now[0])
+    for i in range(56):
+        backoff.failed(f"made-up-{i}", "10.0.0.9")
+    assert backoff.wait("alice", "10.0.0.9") == 0
+    assert backoff.hold("10.0.0.9") > 0  # further failures from there are slower
+    for _ in range(5):  # a known name's own failures still refuse it there
+        backoff.failed("alice", "10.0.0.9")
+    assert backoff.wait("alice", "10.0.0.9") > 0
+    assert backoff.wait("alice", "10.0.0.8") == 0
+
+
 def test_login_backoff_keeps_bounded_memory():
     backoff = auth.LoginBackoff(capacity=100)
     for i in range(5000):
         backoff.failed(f"user{i}", f"10.0.{i % 7}.{i % 251}")
     assert len(backoff._failures) == 100
+
+
+def test_login_slots_are_shared_out_by_address():
+    slots = auth.LoginSlots(total=5, per_address=2)
+    assert [slots.take(pid, "10.0.0.1") for pid in (1, 2, 3)] == [None, None, "address"]
+    assert slots.take(4, "10.0.0.2") is None  # another address still gets one
+    assert slots.take(5, "10.0.0.3") is None
+    assert slots.take(6, "10.0.0.3") is None
+    assert slots.take(7, "10.0.0.4") == "total"  # the global cap stays
+    slots.release(1)
+    slots.release(1)  # twice (logged in, then closed): freed once
+    assert (slots.held(), slots.held("10.0.0.1")) == (4, 1)
+    assert slots.take(8, "10.0.0.1") is None
+    for pid in (2, 4, 5, 6, 8):
+        slots.release(pid)
+    assert slots.held() == 0
+    assert slots._per_host == {}  # no address is kept once it holds nothing
 
 
 def test_credentials_in_the_store(tmp_path):
