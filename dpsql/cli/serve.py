@@ -3,12 +3,64 @@
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from pathlib import Path
 
 import click
 
 from dpsql.cli.common import cli, db_option
+from dpsql.errors import ConfigurationError
+from dpsql.files import OTHERS, runtime_dir, write_private
 from dpsql.server import auth
+
+PREFIX_VARIABLE = "DPSQL_CONSOLE_PREFIX"
+
+
+def _prefix_on_command_line(ctx: click.Context, param: click.Parameter,
+                            value: str | None) -> None:
+    """Refuse ``--console-prefix SECRET``: every user of the machine reads it in ``ps``."""
+    if value is not None:
+        raise click.UsageError("the console's prefix is a secret and every user of this "
+                               "machine can read a command line (ps): set "
+                               "DPSQL_CONSOLE_PREFIX or use --console-prefix-file")
+
+
+def console_prefix(path: Path | None) -> str | None:
+    """The console's prefix from ``path`` (a private file) or $DPSQL_CONSOLE_PREFIX, else None.
+
+    None makes the console draw a random one.
+    """
+    given = os.environ.get(PREFIX_VARIABLE)
+    if path is None:
+        return given or None
+    if given:
+        raise ConfigurationError(f"give the console's prefix once: {PREFIX_VARIABLE} or "
+                                 "--console-prefix-file, not both")
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as err:
+        raise ConfigurationError(f"cannot read the console prefix file {path}: "
+                                 f"{err.strerror}") from err
+    with open(descriptor, encoding="utf-8") as file:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or \
+                info.st_mode & OTHERS:
+            raise ConfigurationError(
+                f"{path} holds a secret but is not a private file of yours (owner uid "
+                f"{info.st_uid}, mode {stat.filemode(info.st_mode)}): chmod 600 {path}")
+        return file.read().strip()
+
+
+def url_file(port: int, url: str) -> Path:
+    """Write the console's ``url`` to a file only its owner may read; the file's path.
+
+    The address holds the secret prefix, so it is never printed (terminals and
+    logs keep what is printed).
+    """
+    path = runtime_dir() / f"console-{port}.url"
+    write_private(path, url + "\n")
+    return path
 
 
 @cli.command("serve")
@@ -29,6 +81,9 @@ from dpsql.server import auth
 @click.option("--max-pending-logins", type=click.IntRange(min=1), default=64,
               show_default=True, help="Connections still logging in at once (they do not take "
                                       "the slots of --max-clients).")
+@click.option("--max-pending-logins-per-address", type=click.IntRange(min=1), default=8,
+              show_default=True, help="Of those, from one client address (so one cannot take "
+                                      "the slots of the others).")
 @click.option("--login-timeout", type=click.FloatRange(min=0.1), default=10.0,
               show_default=True, help="Seconds a connection has to log in.")
 @click.option("--statement-timeout", type=click.FloatRange(min=0), default=300.0,
@@ -42,16 +97,19 @@ from dpsql.server import auth
               help="Also serve the administrators' web console on 127.0.0.1 (docs/console.md).")
 @click.option("--console-port", type=click.IntRange(0, 65535), default=5480, show_default=True,
               help="TCP port of the web console (0 picks a free one).")
-@click.option("--console-prefix", envvar="DPSQL_CONSOLE_PREFIX", metavar="SECRET",
-              help="The console's secret path prefix, 32 or more letters, digits, - or _ "
-                   "(default: a random one, printed; the environment keeps it out of ps).")
+@click.option("--console-prefix-file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="A file (yours, mode 0600) holding the console's secret path "
+                                 "prefix, 32 or more letters, digits, - or _ (or set "
+                                 "DPSQL_CONSOLE_PREFIX; default: a random one).")
+@click.option("--console-prefix", hidden=True, expose_value=False,
+              callback=_prefix_on_command_line)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Server log verbosity (stderr).")
 def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
               allow_plaintext: bool, max_clients: int, max_pending_logins: int,
-              login_timeout: float, statement_timeout: float,
-              max_message_size: int, workers: int, console: bool, console_port: int,
-              console_prefix: str | None, log_level: str) -> None:
+              max_pending_logins_per_address: int, login_timeout: float,
+              statement_timeout: float, max_message_size: int, workers: int, console: bool,
+              console_port: int, console_prefix_file: Path | None, log_level: str) -> None:
     """Serve the store to PostgreSQL clients (psql, DBeaver, psycopg, pandas).
 
     Analysts log in with SCRAM-SHA-256 passwords set by `dpsql user add`; each
@@ -75,10 +133,13 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     config = ServerConfig(db=Path(db), host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                           allow_plaintext=allow_plaintext, max_clients=max_clients,
-                          max_pending_logins=max_pending_logins, login_timeout=login_timeout,
-                          statement_timeout=statement_timeout, max_message=max_message_size,
-                          workers=workers, console_port=console_port if console else None,
-                          console_prefix=console_prefix)
+                          max_pending_logins=max_pending_logins,
+                          max_pending_logins_per_address=max_pending_logins_per_address,
+                          login_timeout=login_timeout, statement_timeout=statement_timeout,
+                          max_message=max_message_size, workers=workers,
+                          console_port=console_port if console else None,
+                          console_prefix=console_prefix(console_prefix_file) if console else None)
+    written: list[Path] = []
 
     def ready(server: Server) -> None:
         users = auth.list_users(server.store)
@@ -93,6 +154,13 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
         click.echo(f'connect with: psql "host={host} port={server.port} user=USER '
                    f'dbname={Path(db).stem}"', err=True)
         if server.console is not None:
-            click.echo(f"console (administrators): {server.console.url}", err=True)
+            written.append(url_file(server.console.port, server.console.url))
+            click.echo(f"console (administrators): its address is in {written[0]} (readable "
+                       "by you only: it holds the console's secret prefix)", err=True)
 
-    run(config, ready=ready)
+    try:
+        run(config, ready=ready)
+    finally:
+        for path in written:
+            path.unlink(missing_ok=True)
+

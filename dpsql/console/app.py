@@ -14,8 +14,12 @@ import logging
 import re
 import secrets
 import shlex
+import socket
 import threading
+import time
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -39,8 +43,13 @@ from dpsql.store import Store
 
 log = logging.getLogger("dpsql.console")
 MAX_FORM = 64 * 1024
-READ_TIMEOUT = 10.0  # seconds a connection may stay silent before it is closed
-MAX_CONNECTIONS = 32  # connections served at once (a thread each); more are turned away
+MAX_LINE = 8192  # bytes of a request line
+LINE_TIMEOUT = 5.0  # seconds a new connection has to send its request line
+READ_TIMEOUT = 10.0  # seconds a request below the prefix may stay silent (headers, body)
+MAX_CONNECTIONS = 32  # requests below the prefix served at once; more are answered 503
+MAX_WAITING = 64  # connections yet to send their request line (a thread each), in all
+MAX_WAITING_PER_ADDRESS = 16  # ... and from one client address
+FAILED_LOGIN = "wrong user name or password, or not an administrator of this store"
 HEADERS = {
     "Content-Type": "text/html; charset=utf-8",
     "Cache-Control": "no-store",
@@ -81,6 +90,7 @@ class Console:
         self.logins = Logins()
         self.backoff = LoginBackoff()
         self.login_lock = threading.Lock()  # LoginBackoff is not thread-safe; requests are
+        self.failed_login_delay = 0.5  # seconds, at least, before a failed login is answered
         self.httpd = _Server(("127.0.0.1", port), _handler(self))
         self.port = int(self.httpd.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}{self.root}"
@@ -91,27 +101,49 @@ class Console:
                          daemon=True).start()
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving and close the socket (connections yet to ask for a page at once)."""
         self.httpd.shutdown()
+        self.httpd.waiting.drop_all()
         self.httpd.server_close()
 
     def log_in(self, user: str, password: str, host: str) -> str:
-        """Check an administrator's SQL password; the new login's token (ValueError: why not)."""
+        """Check an administrator's SQL password; the new login's token (ValueError: why not).
+
+        Every failure says the same (:data:`FAILED_LOGIN`) and counts the same: an
+        analyst's right password is refused exactly as a wrong one, so the console
+        tells nobody whether a password is right. A failure is answered after a
+        delay, longer when the address fails often (:meth:`LoginBackoff.hold`).
+        """
+        hold = 0.0
         with self.login_lock:
             wait = self.backoff.wait(user, host)
             if wait > 0:
                 raise ValueError(f"too many failed logins for {user!r} from this address; "
                                  f"try again in {int(wait) + 1} s")
-            if not password_ok(self.store, self.secret, user, password):
+            principal = self.store.active_policy().users.get(user)
+            admin = password_ok(self.store, self.secret, user, password) and \
+                principal is not None and principal.role == "admin"
+            if admin:
+                self.backoff.succeeded(user, host)
+            else:
                 self.backoff.failed(user, host)
-                log.warning("console: failed login for %r from %s", user, host)
-                raise ValueError("wrong user name or password")
-            self.backoff.succeeded(user, host)
-        if self.store.active_policy().users[user].role != "admin":
-            raise ValueError(f"{user} is an analyst; the console is for administrators "
-                             "(analysts connect with psql, psycopg or the Python API)")
+                hold = max(self.failed_login_delay, self.backoff.hold(host))
+        if not admin:
+            log.warning("console: failed login for %r from %s", user, host)
+            time.sleep(hold)
+            raise ValueError(FAILED_LOGIN)
         log.info("console: %s logged in from %s", user, host)
         return self.logins.open(user, load_verifier(self.store, user))[0]
+
+
+def _prefixed(target: str, prefix: str) -> str | None:
+    """The path of request target ``target`` below ``prefix`` ("/budgets"), else None.
+
+    The prefix is compared in constant time: it is what keeps the cookie from
+    the servers on the other ports.
+    """
+    head, _, rest = urlsplit(target).path[1:].partition("/")
+    return "/" + rest if secrets.compare_digest(head.encode(), prefix.encode()) else None
 
 
 def run_command(session: Session, args: list[str]) -> str:
@@ -122,12 +154,80 @@ def run_command(session: Session, args: list[str]) -> str:
     return "\n".join([*(str(x) for x in lines), answer.notice or ""]).strip()
 
 
+class Waiting:
+    """Connections yet to send their request line: ``total`` in all, ``per_address`` an address.
+
+    Nothing shows the prefix before the request line, so strangers' idle sockets
+    live here, apart from the requests being served. A newcomer is never turned
+    away: the oldest waiting connection of its address (or, when all are taken,
+    of all) is dropped to make room. An admin's browser sends its request line at
+    once, so idle sockets, which can only ever be older, cannot keep it out.
+    """
+
+    def __init__(self, total: int, per_address: int) -> None:
+        self.total = total
+        self.per_address = per_address
+        self._order: OrderedDict[Any, str] = OrderedDict()  # connection -> address, oldest first
+        self._per_host: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, connection: Any, host: str) -> list[Any]:
+        """Let ``connection`` from ``host`` wait; the connections to drop to make room."""
+        with self._lock:
+            dropped = []
+            if self._per_host[host] >= self.per_address:
+                dropped.append(next(c for c, h in self._order.items() if h == host))
+                self._forget(dropped[-1])
+            if len(self._order) >= self.total:
+                dropped.append(next(iter(self._order)))
+                self._forget(dropped[-1])
+            self._order[connection] = host
+            self._per_host[host] += 1
+            return dropped
+
+    def remove(self, connection: Any) -> bool:
+        """``connection`` stops waiting; whether it was still waiting (not dropped)."""
+        with self._lock:
+            return self._forget(connection)
+
+    def drop_all(self) -> None:
+        """Drop every waiting connection (the console stops)."""
+        with self._lock:
+            waiting = list(self._order)
+            for connection in waiting:
+                self._forget(connection)
+        for connection in waiting:
+            _drop(connection)
+
+    def count(self, host: str | None = None) -> int:
+        """Connections waiting now, in all or from ``host``."""
+        with self._lock:
+            return len(self._order) if host is None else self._per_host[host]
+
+    def _forget(self, connection: Any) -> bool:
+        host = self._order.pop(connection, None)
+        if host is None:
+            return False
+        self._per_host[host] -= 1
+        if not self._per_host[host]:
+            del self._per_host[host]
+        return True
+
+
+def _drop(connection: socket.socket) -> None:
+    """End a connection another thread reads: its read returns at once, empty."""
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RDWR)
+
+
 class _Server(ThreadingHTTPServer):
-    """A thread per connection, at most ``MAX_CONNECTIONS`` of them.
+    """A thread per connection; at most ``MAX_CONNECTIONS`` serve requests below the prefix.
 
     Idle or slow sockets would otherwise hold a thread each without end, until the
-    process (the SQL server's too) could start no more; those beyond the limit are
-    answered 503 and closed.
+    process (the SQL server's too) could start no more. A connection first waits
+    for its request line, briefly and among a bounded few (:class:`Waiting`); only
+    a request below the prefix then takes one of the serving slots (503 when they
+    are full), so a stranger, who does not know the prefix, cannot take them.
     """
 
     daemon_threads = True
@@ -135,20 +235,12 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         super().__init__(address, handler)
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.waiting = Waiting(MAX_WAITING, MAX_WAITING_PER_ADDRESS)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            with contextlib.suppress(OSError):
-                request.sendall(b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
-            self.shutdown_request(request)
-            return
+        for older in self.waiting.add(request, str(client_address[0])):
+            _drop(older)
         super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
 
 
 def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
@@ -156,7 +248,7 @@ def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
         pass
 
     Handler.console = console
-    Handler.timeout = READ_TIMEOUT  # per read: a silent client is dropped, not waited for
+    Handler.timeout = LINE_TIMEOUT  # per read: a silent client is dropped, not waited for
     return Handler
 
 
@@ -166,8 +258,57 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def log_message(self, format: str, *args: Any) -> None:
-        """Requests go to the server log at debug level."""
-        log.debug("console: " + format, *args)
+        """Requests go to the server log at debug level, the secret prefix masked."""
+        text = format % args
+        log.debug("console: %s", text.replace(self.console.prefix, "<prefix>"))
+
+    def handle_one_request(self) -> None:
+        """Serve one request (HTTP/1.0), if its request line names a page below the prefix.
+
+        The prefix is checked as soon as the request line is in, before any header
+        is read: a request elsewhere gets a bare 404 and is closed at once, and only
+        a request below the prefix takes one of the serving slots.
+        """
+        self.close_connection = True
+        server = self.server
+        assert isinstance(server, _Server)
+        try:
+            line = self.rfile.readline(MAX_LINE + 1)
+        except OSError:  # silent too long, reset, or dropped for a newer connection
+            line = b""
+        if not server.waiting.remove(self.request) or not line or len(line) > MAX_LINE:
+            return
+        if not self._below_prefix(line):
+            return self._bare(HTTPStatus.NOT_FOUND)
+        if not server.slots.acquire(blocking=False):
+            return self._bare(HTTPStatus.SERVICE_UNAVAILABLE)
+        try:
+            self.request.settimeout(READ_TIMEOUT)
+            self.raw_requestline = line
+            if not self.parse_request():
+                return
+            method = getattr(self, "do_" + self.command, None)
+            if method is None:
+                return self.send_error(HTTPStatus.NOT_IMPLEMENTED)
+            method()
+            self.wfile.flush()
+        except OSError:  # the client went silent or away
+            pass
+        finally:
+            server.slots.release()
+
+    def _below_prefix(self, line: bytes) -> bool:
+        """Whether request line ``line`` asks for a page below the prefix."""
+        words = line.decode("iso-8859-1").split()
+        if len(words) not in (2, 3):
+            return False
+        return _prefixed(words[1], self.console.prefix) is not None
+
+    def _bare(self, status: HTTPStatus) -> None:
+        """Answer ``status`` with nothing else (no page, nothing naming the prefix)."""
+        with contextlib.suppress(OSError):
+            self.wfile.write(f"HTTP/1.0 {status.value} {status.phrase}\r\n"
+                             "Content-Length: 0\r\n\r\n".encode("ascii"))
 
     # -- plumbing ---------------------------------------------------------------------------
     def _send(self, status: int, body: str = "", headers: dict[str, str] | None = None) -> None:
@@ -204,14 +345,8 @@ class _Handler(BaseHTTPRequestHandler):
                 or (origin is not None and origin != f"http://{self.headers['Host']}"))
 
     def _inside(self) -> str | None:
-        """The path of this request below the console's prefix ("/budgets"), else None.
-
-        The prefix is compared in constant time: it is what keeps the cookie from
-        the servers on the other ports.
-        """
-        head, _, rest = urlsplit(self.path).path[1:].partition("/")
-        return "/" + rest if secrets.compare_digest(head.encode(), self.console.prefix.encode()) \
-            else None
+        """The path of this request below the console's prefix ("/budgets"), else None."""
+        return _prefixed(self.path, self.console.prefix)
 
     def _cookie(self, name: str, value: str, clear: bool = False) -> str:
         return set_cookie(name, value, self.console.root, clear=clear)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,15 +28,22 @@ def console_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
 
 
 def console_url(server: ServerProcess, timeout: float = 30) -> str:
-    """The console's address, as ``dpsql serve`` printed it (after its listening line)."""
+    """The console's address, from the private file whose path ``dpsql serve`` printed.
+
+    The address holds the secret prefix: the server never prints it, and writes it
+    to a file only its owner may read.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for line in list(server.lines):
-            match = re.search(r"console \(administrators\): (http://\S+)", line)
+            match = re.search(r"console \(administrators\): its address is in (\S+\.url) ", line)
             if match:
-                return match.group(1)
+                path = Path(match.group(1))
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, oct(path.stat().st_mode)
+                return path.read_text().strip()
         time.sleep(0.05)
-    raise AssertionError("dpsql serve printed no console address:\n" + "".join(server.lines))
+    raise AssertionError("dpsql serve printed no console address file:\n"
+                         + "".join(server.lines))
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import re
 import socket
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlencode, urlsplit
 
@@ -192,10 +193,15 @@ def test_the_login_page_opens_from_anywhere(client: Client) -> None:
 
 
 # -- idle and crowded connections (a console in this process, on a store of its own) ------------
-@pytest.fixture
-def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[app.Console]:
+@contextlib.contextmanager
+def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+            line_timeout: float) -> Iterator[app.Console]:
+    """A console with few slots, whose connections have ``line_timeout`` s for a request line."""
+    monkeypatch.setattr(app, "LINE_TIMEOUT", line_timeout)
     monkeypatch.setattr(app, "READ_TIMEOUT", 1.0)
     monkeypatch.setattr(app, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(app, "MAX_WAITING", 8)
+    monkeypatch.setattr(app, "MAX_WAITING_PER_ADDRESS", 4)
     path = make_store(tmp_path / "adult.duckdb")
     with Store.open(path) as store:
         console = app.Console(store, b"s" * 32, lambda user: dpsql.connect(path, user))
@@ -206,27 +212,101 @@ def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[app.Con
             console.stop()
 
 
-def test_an_idle_connection_is_closed(console: app.Console) -> None:
-    with socket.create_connection(("127.0.0.1", console.port), timeout=10) as sock:
-        sock.sendall(b"GET /login HTTP/1.0\r\n")  # and nothing more
-        started = time.monotonic()
-        assert sock.recv(100) == b""  # closed, unanswered
-        assert 0.5 < time.monotonic() - started < 5
+@pytest.fixture
+def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[app.Console]:
+    """A console that drops a connection silent for a second."""
+    with running(tmp_path, monkeypatch, 1.0) as console:
+        yield console
 
 
-def test_idle_connections_cannot_take_every_thread(console: app.Console) -> None:
-    before = threading.active_count()
-    idle = [socket.create_connection(("127.0.0.1", console.port)) for _ in range(20)]
+@pytest.fixture
+def patient(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[app.Console]:
+    """A console whose idle connections stay (a minute for their request line)."""
+    with running(tmp_path, monkeypatch, 60.0) as console:
+        yield console
+
+
+def idle(port: int, source: str, data: bytes = b"") -> socket.socket:
+    """A connection from ``source`` that sends ``data`` (no whole request line) and waits."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30, source_address=(source, 0))
+    if data:
+        sock.sendall(data)
+    return sock
+
+
+def eventually(check: Callable[[], bool], timeout: float = 30) -> None:
+    """Wait until ``check()`` holds (the server's threads work on their own time)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.02)
+
+
+def test_a_silent_connection_is_closed_unanswered(console: app.Console) -> None:
+    with socket.create_connection(("127.0.0.1", console.port), timeout=30) as sock:
+        assert sock.recv(100) == b""  # no request line within LINE_TIMEOUT
+    with socket.create_connection(("127.0.0.1", console.port), timeout=30) as sock:
+        sock.sendall(f"GET {urlsplit(console.url).path}login HTTP/1.0\r\n".encode())
+        assert sock.recv(100) == b""  # below the prefix, but no headers within READ_TIMEOUT
+
+
+def test_the_prefix_is_checked_at_the_request_line(console: app.Console) -> None:
+    # Issue 40: the prefix was checked only after the whole request was read, so a
+    # stranger's half-sent request held a connection as long as one of the admin's.
+    for line in (b"GET / HTTP/1.1\r\n", b"POST /login HTTP/1.0\r\n", b"GET /x y z w\r\n"):
+        with socket.create_connection(("127.0.0.1", console.port), timeout=30) as sock:
+            sock.sendall(line)  # and no headers
+            answer = b""
+            while chunk := sock.recv(1000):
+                answer += chunk
+            assert answer == b"HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\n\r\n", line
+
+
+def test_idle_sockets_cannot_starve_the_admin(patient: app.Console) -> None:
+    # Issue 40: MAX_CONNECTIONS idle sockets sending "GET /" made the console answer 503.
+    client = Client(patient.url)
+    sockets = [idle(patient.port, source, b"GET /") for source in ("127.0.0.2", "127.0.0.1")
+               for _ in range(3 * app.MAX_CONNECTIONS)]
     try:
-        for sock in idle:
-            sock.sendall(b"GET /login HTTP/1.0\r\n")
-        time.sleep(0.3)
-        assert threading.active_count() - before <= app.MAX_CONNECTIONS  # not 20
+        eventually(lambda: patient.httpd.waiting.count() == app.MAX_WAITING)
+        assert patient.httpd.waiting.count("127.0.0.2") <= app.MAX_WAITING_PER_ADDRESS
+        assert client.send("GET", "login")[0] == 200  # from 127.0.0.1, as the newest
+        jar, _ = client.log_in()
+        assert client.send("GET", "budgets", headers=jar)[0] == 200
     finally:
-        for sock in idle:
+        for sock in sockets:
             sock.close()
-    time.sleep(0.3)
-    assert Client(console.url).send("GET", "login")[0] == 200  # the slots came back
+
+
+def test_idle_connections_cannot_take_every_thread(patient: app.Console) -> None:
+    before = threading.active_count()
+    sockets = [idle(patient.port, f"127.0.0.{2 + i % 5}") for i in range(40)]
+    try:
+        eventually(lambda: patient.httpd.waiting.count() == app.MAX_WAITING)
+        eventually(lambda: threading.active_count() - before <= app.MAX_WAITING)  # not 40
+        # The oldest waiting connections were closed to make room for newer ones.
+        assert sum(sock.recv(100) == b"" for sock in sockets[:20]) == 20
+    finally:
+        for sock in sockets:
+            sock.close()
+    eventually(lambda: patient.httpd.waiting.count() == 0)
+    assert Client(patient.url).send("GET", "login")[0] == 200
+
+
+def test_waiting_connections_are_capped_per_address() -> None:
+    waiting = app.Waiting(total=5, per_address=2)
+    assert waiting.add("a1", "10.0.0.1") == []
+    assert waiting.add("a2", "10.0.0.1") == []
+    assert waiting.add("b1", "10.0.0.2") == []
+    assert waiting.add("a3", "10.0.0.1") == ["a1"]  # its address's oldest makes room
+    assert waiting.add("c1", "10.0.0.3") == []
+    assert waiting.add("d1", "10.0.0.4") == []
+    assert (waiting.count(), waiting.count("10.0.0.1")) == (5, 2)
+    assert waiting.add("e1", "10.0.0.5") == ["a2"]  # all taken: the oldest of all
+    assert not waiting.remove("a1")  # dropped: its request goes unanswered
+    assert waiting.remove("b1")
+    assert not waiting.remove("b1")
+    assert (waiting.count(), waiting.count("10.0.0.1"), waiting.count("10.0.0.2")) == (4, 1, 0)
 
 
 def test_each_console_has_its_own_random_prefix(console: app.Console) -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql.console.app import _action, run_command
+from dpsql.console.app import FAILED_LOGIN, Console, _action, run_command
 from dpsql.console.auth import Logins, cookie, password_ok, same_token, set_cookie
 from dpsql.errors import AccessDenied
+from dpsql.server.auth import LoginBackoff
 from dpsql.store import Store
 
 from ..server.conftest import PASSWORDS, make_store
@@ -92,3 +93,31 @@ def test_an_analyst_cannot_run_a_command(store_path: Path) -> None:
         last = session.ledger.audit("alice", last=1)[0]
     assert (last["action"], last["outcome"]) == ("admin_call", "refused")
     assert last["statement"].startswith("console: dpsql budget grant")
+
+
+def test_every_failed_console_login_says_the_same(store_path: Path) -> None:
+    # Issue 40: an analyst's right password got its own answer, so the console told
+    # anyone whether they had guessed it.
+    with Store.open(store_path) as store:
+        console = Console(store, b"s" * 32, lambda user: dpsql.connect(store_path, user))
+        console.failed_login_delay = 0.0
+        console.backoff = LoginBackoff(clock=Clock())  # time stands still
+        try:
+            def refusal(user: str, password: str, host: str = "10.0.0.1") -> str:
+                with pytest.raises(ValueError, match=r"\w") as caught:
+                    console.log_in(user, password, host)
+                return str(caught.value)
+
+            attempts = [("alice", PASSWORDS["alice"]), ("alice", "not-alices-password"),
+                        ("nobody", PASSWORDS["alice"]), ("admin", PASSWORDS["alice"])]
+            assert {refusal(*attempt) for attempt in attempts} == {FAILED_LOGIN}
+            # ... and counts the same: a right password of an analyst is a failure too.
+            for _ in range(5):
+                assert refusal("alice", PASSWORDS["alice"], "10.0.0.2") == FAILED_LOGIN
+                assert refusal("nobody", "whatever-it-is", "10.0.0.2") == FAILED_LOGIN
+            for user in ("alice", "nobody"):
+                assert refusal(user, "anything", "10.0.0.2") == (
+                    f"too many failed logins for {user!r} from this address; try again in 2 s")
+            assert console.log_in("admin", PASSWORDS["admin"], "10.0.0.2")
+        finally:
+            console.httpd.server_close()
