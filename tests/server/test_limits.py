@@ -21,7 +21,7 @@ import pytest
 from dpsql.server.server import Server, ServerConfig
 
 from . import rawclient as raw
-from .conftest import PASSWORDS, make_store
+from .conftest import PASSWORDS, make_store, serve_args, start_server
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +135,15 @@ def test_a_login_gives_its_slot_back(store: Path) -> None:
             message = refused.read()
             assert message.fields()["M"].startswith("sorry, too many connections are "
                                                     "logging in at once")
+
+
+def test_dpsql_serve_sets_the_share_of_an_address(store: Path) -> None:
+    with start_server(serve_args(store, "--max-pending-logins-per-address", "1")) as server:
+        first = raw.RawClient(server.port, timeout=60)
+        first.send(raw.startup_packet("alice"))
+        assert first.read().kind == b"R"
+        with first, raw.RawClient(server.port, timeout=60) as refused:
+            assert refused.read().fields()["M"].startswith("sorry, too many connections are "
+                                                           "logging in from your address")
+            with raw.RawClient(server.port, timeout=60, source="127.0.0.2") as other:
+                assert other.login("alice", PASSWORDS["alice"])[-1].kind == b"Z"
