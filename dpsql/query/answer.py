@@ -55,7 +55,7 @@ from dpsql.query.options import (
 from dpsql.query.plancache import Entry, plans_of
 from dpsql.query.planner import plan_query
 from dpsql.query.portable import check_total
-from dpsql.query.post import answer_table, base_table
+from dpsql.query.post import answer_table, answer_types, base_table, check_post
 from dpsql.query.quantile import MeasureNoise
 from dpsql.query.released import check_released, reads_released
 from dpsql.query.render import Context as SQLContext
@@ -431,6 +431,7 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
     prepared = _prepare(call, entry)
     plan, policy = prepared.plan, call.policy
     dataset = plan.dataset.name
+    _check_post(entry, prepared, call.ctx.options)
     stored = cache.lookup(call.ctx.store, prepared.key)
     if stored is not None:
         audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
@@ -464,6 +465,16 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
         call.ledger.settle(charge.id, "failed", reason=FAILED_REASON)
         log.error("request %d failed after its charge", charge.id, exc_info=err)
         raise InternalError(FAILED_AFTER_CHARGE) from None
+
+
+def _check_post(entry: Entry, prepared: _Prepared, options: Mapping[str, Any]) -> None:
+    """Refuse, before any charge, post-processing that could fail over the noisy answer."""
+    level, nonnegative = confidence(options), nonnegative_counts(options)
+    types = answer_types(prepared.noises, level, nonnegative)
+    if types not in entry.post_checked:
+        check_post(prepared.plan, prepared.noises, level, level or DEFAULT_CONFIDENCE,
+                   nonnegative, entry.types)
+        entry.post_checked.add(types)
 
 
 def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,

@@ -36,12 +36,15 @@ class Entry:
 
     ``texts``: per context, the rendered SQL once it has bound in this store; it
     binds again as it runs, so a repeat skips rendering and a separate bind.
+    ``post_checked``: the answer column types its post-processing was checked
+    with (:func:`dpsql.query.post.check_post`), so a repeat is not checked again.
     """
 
     plan: QueryPlan
     types: Mapping[str, str]
     sql: dict[Any, exp.Select] = field(default_factory=dict)
     texts: dict[Any, str] = field(default_factory=dict)
+    post_checked: set[Any] = field(default_factory=set)
 
     def generated(self, context: tuple[bool, Mapping[str, tuple[Fraction, Fraction]]],
                   build: Callable[[], exp.Select]) -> tuple[exp.Select, Any]:

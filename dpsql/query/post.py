@@ -18,7 +18,8 @@ noise alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, TypeAlias, cast
 
 import numpy as np
@@ -26,10 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from dpsql.errors import InternalError
+from dpsql.errors import InternalError, QueryRejected
 from dpsql.query.aggregates import bounds_of
 from dpsql.query.mechanisms import Noise
 from dpsql.query.model import COUNTS, QUANTILES, SPREAD, Aggregate, QueryPlan
+from dpsql.query.predicates import sql_type
 from dpsql.query.quantile import MeasureNoise, QuantileNoise
 from dpsql.query.render import key_arrays, midpoint
 
@@ -298,6 +300,75 @@ def answer_table(plan: QueryPlan, base: pa.Table, confidence: float | None
     return pa.table(columns), flags
 
 
+def check_post(plan: QueryPlan, noises: tuple[MeasureNoise, ...], confidence: float | None,
+               level: float, nonnegative: bool, column_types: Mapping[str, str]) -> None:
+    """Run the post-processing over stand-in cells of the answer's exact types: before a charge.
+
+    What SELECT, HAVING and ORDER BY compute over the noisy cells can fail only
+    on a type it cannot handle (a literal Arrow cannot cast, an operation that a
+    column type lacks); the types are public and fixed before the charge (the
+    keys', the calibrated measures', the literals'), and :func:`evaluate` makes
+    every operation total over values. So evaluating it once over cells of those
+    types (zero measures: a valid value of every measure) finds any failure
+    before anything is spent. A selected key's type is its column's (keys
+    released) or Arrow's null type (no key released, or only NULL): both are
+    tried. Raises QueryRejected naming the clause; reads no data. A plan that
+    only selects and orders by bare columns computes nothing and is not run.
+    """
+    if plan.having is None and all(isinstance(e, exp.Column) for e in (
+            *(o.expr for o in plan.outputs), *(o.expr for o in plan.order))):
+        return
+    for keys in _stand_in_keys(plan, column_types):
+        # The first key's two values make the two cells; the other keys keep one each.
+        stand_in = replace(plan, keys=tuple(
+            replace(k, values=tuple(a.to_pylist()[:2 if i == 0 else 1]))
+            for i, (k, a) in enumerate(zip(plan.keys, keys, strict=True))))
+        columns = [a if i == 0 else a.take([0, 0]) for i, a in enumerate(keys)]
+        zeros = [np.zeros(stand_in.cells, dtype=np.int64) for _ in plan.measures]
+        base = base_table(stand_in, zeros, noises, confidence, level, nonnegative)
+        for i, typed in enumerate(columns):
+            base = base.set_column(i, f"_k{i}", typed)
+        try:
+            answer_table(stand_in, base, confidence)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError) as err:
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise QueryRejected(
+                f"the SELECT, HAVING and ORDER BY expressions cannot be computed over the "
+                f"noisy answer ({reason}); nothing was charged",
+                construct="post-processing", advice="write numbers that a DOUBLE holds, and "
+                "compare values of one type") from err
+
+
+def answer_types(noises: tuple[MeasureNoise, ...], confidence: float | None,
+                 nonnegative: bool) -> tuple[Any, ...]:
+    """What decides the types of a plan's answer columns besides the plan itself.
+
+    What :func:`check_post` checked once holds for every answer with the same.
+    """
+    return (confidence is not None, nonnegative,
+            tuple((type(n).__name__, getattr(n, "exponent", None)) for n in noises))
+
+
+def _stand_in_keys(plan: QueryPlan, column_types: Mapping[str, str]) -> list[list[pa.Array]]:
+    """Key columns of every type the answer's keys may have, two cells each."""
+    typed, nulls = [], []
+    for key, array in zip(plan.keys, plan.key_arrays, strict=True):
+        if key.mode == "selected":
+            sample = _SAMPLES.get(sql_type(column_types.get(key.column, "")))
+            array = pa.array([sample, None])
+        typed.append(array.slice(0, 2) if len(array) >= 2 else pa.array(
+            [*array.to_pylist(), None][:2], array.type))
+        nulls.append(pa.nulls(2) if key.mode == "selected" else typed[-1])
+    variants = [typed]
+    if any(k.mode == "selected" for k in plan.keys):
+        variants.append(nulls)
+    return variants
+
+
+#: A released key's value of each predicate type (what ``to_pylist`` gives for the column).
+_SAMPLES: dict[str, Any] = {"num": 0, "str": "", "bool": False}
+
+
 def _order_indices(plan: QueryPlan, table: pa.Table) -> np.ndarray:
     keys = []
     for item in plan.order:
@@ -345,8 +416,7 @@ def evaluate(node: exp.Expr, table: pa.Table) -> Value:
             left, right = _typed(left, _type(right)), _typed(right, _type(left))
             if pa.types.is_null(_type(left)):  # NULL = NULL, NULL < NULL, ...
                 return pa.scalar(None, pa.bool_())
-            if _mixed_numbers(left, right):  # Arrow's own cast refuses large integers
-                left, right = _float(left), _float(right)
+            left, right = _unified(left, right)
         return op(left, right)
     if isinstance(node, exp.Column):
         return table.column(node.name)
@@ -385,6 +455,7 @@ def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
         left, right = _typed(left, _type(right)), _typed(right, _type(left))
         if pa.types.is_null(_type(left)):
             return pa.scalar(isinstance(node, exp.NullSafeEQ))
+        left, right = _unified(left, right)
         both_null = pc.and_(pc.is_null(left), pc.is_null(right))
         same = pc.if_else(both_null, True, pc.fill_null(pc.equal(left, right), False))
         return same if isinstance(node, exp.NullSafeEQ) else pc.invert(same)
@@ -397,7 +468,8 @@ def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
         if pa.types.is_null(_type(value)):
             return pa.scalar(None, pa.bool_())
         items = [evaluate(e, table).as_py() for e in node.expressions]
-        if pa.types.is_integer(_type(value)) and any(isinstance(i, float) for i in items):
+        if (_is_number(_type(value)) and not pa.types.is_int64(_type(value))) or any(
+                isinstance(i, float) for i in items):
             value = _float(value)  # COUNT(*) IN (1.5): compare as DOUBLE, as SQL does
         if pa.types.is_floating(_type(value)):  # Arrow refuses to round large integers
             items = [float(i) if isinstance(i, int) else i for i in items]
@@ -414,8 +486,7 @@ def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
         return pc.abs(_float(evaluate(node.this, table)))
     if isinstance(node, exp.Round):
         digits = int(node.args["decimals"].this) if node.args.get("decimals") else 0
-        return pc.round(_float(evaluate(node.this, table)), ndigits=digits,
-                        round_mode="half_towards_infinity")
+        return _round(_float(evaluate(node.this, table)), digits)
     if isinstance(node, exp.Lower):
         return pc.utf8_lower(_typed(evaluate(node.this, table), pa.string()))
     if isinstance(node, exp.Upper):
@@ -427,8 +498,21 @@ def _evaluate_more(node: exp.Expr, table: pa.Table) -> Value:
         typed = [p for p in parts if not pa.types.is_null(_type(p))]
         if not typed:
             return parts[0]
-        return pc.coalesce(*[_typed(p, _type(typed[0])) for p in parts])
+        return pc.coalesce(*_unified(*[_typed(p, _type(typed[0])) for p in parts]))
     raise InternalError(f"post-processing cannot evaluate {node.key}; this is a bug in dpsql")
+
+
+def _round(value: Value, digits: int) -> Value:
+    """SQL's round (half away from zero) to ``digits`` >= 0 places, for every DOUBLE.
+
+    Arrow's round fails when ``value * 10**digits`` overflows (a value that the
+    noise decides); a DOUBLE of magnitude 2**52 or more, infinity or NaN is
+    already whole, so it is returned as it is.
+    """
+    small = pc.less(pc.abs(value), 2.0**52)
+    rounded = pc.round(pc.if_else(small, value, 0.0), ndigits=digits,
+                       round_mode="half_towards_infinity")
+    return pc.if_else(small, rounded, value)
 
 
 def _like(node: exp.Expr, table: pa.Table) -> Value:
@@ -467,11 +551,22 @@ def _typed(value: Value, kind: pa.DataType) -> Value:
     return value
 
 
-def _mixed_numbers(left: Value, right: Value) -> bool:
-    """An integer compared with a floating-point number (SQL compares them as DOUBLE)."""
-    kinds = (_type(left), _type(right))
-    return any(pa.types.is_integer(k) for k in kinds) and any(pa.types.is_floating(k)
-                                                              for k in kinds)
+def _is_number(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+
+
+def _unified(*values: Value) -> list[Value]:
+    """Numbers of different types as DOUBLE (as SQL compares an integer with a DOUBLE).
+
+    Arrow's own implicit casts fail on values they cannot hold exactly (an int64
+    above 2**53 as a double, a uint64 above 2**63 as an int64): a failure that
+    would depend on the values, after the charge. DOUBLE holds every number
+    (rounded, as SQL rounds it), so this never fails.
+    """
+    kinds = {_type(v) for v in values}
+    if len(kinds) > 1 and all(_is_number(k) for k in kinds):
+        return [_float(v) for v in values]
+    return list(values)
 
 
 def _float(value: Value) -> Value:
@@ -479,6 +574,6 @@ def _float(value: Value) -> Value:
     if pa.types.is_null(kind):
         return pa.scalar(None, pa.float64()) if isinstance(value, pa.Scalar) else \
             pa.nulls(len(value), pa.float64())
-    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+    if _is_number(kind):
         return pc.cast(value, pa.float64(), safe=False)  # rounds large integers, as DOUBLE does
     return value

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 import dpsql
+from dpsql.query import post
 from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
 from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
 from dpsql.query.planner import plan_query
@@ -182,6 +183,85 @@ def test_post_processing_of_constants_never_fails(sessions: dict[str, Session],
         == "answered"
 
 
+#: Literals at the edges of every numeric type: BIGINT, INTEGER, TINYINT, UBIGINT, HUGEINT,
+#: DOUBLE (largest, smallest subnormal, 2**53 + 1: the first integer a DOUBLE rounds).
+EDGES = ["-9223372036854775808", "9223372036854775807", "-2147483648", "2147483647", "-128",
+         "127", "255", "1.7976931348623157e308", "-1.7976931348623157e308", "5e-324",
+         "9007199254740993", "-0.0", "1e-400"]
+#: Integer literals no BIGINT holds (UBIGINT's and HUGEINT's tops): the planner refuses them,
+#: at their position, before any charge.
+BEYOND = ["9223372036854775808", "18446744073709551615",
+          "170141183460469231731687303715884105727"]
+FAMILIES = {  # a construct family, applied to an aggregate and one edge literal
+    "coalesce": "COALESCE({a}, {x})", "coalesce first": "COALESCE({x}, {a}, {x})",
+    "arithmetic": "({a} + {x}) * {x} - {x} / {a}", "negation": "-({a} - {x})",
+    "comparison": "{a} > {x}", "equality": "{a} = {x}", "in": "{a} IN ({x}, 1.5, 2)",
+    "between": "{a} BETWEEN {x} AND {x}", "null-safe": "{a} IS NOT DISTINCT FROM {x}",
+    "round": "round({a} * {x}, 15)", "abs": "abs({x} - {a})",
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("aggregate", ["COUNT(*)", "SUM(u)", "AVG(d)", "MEDIAN(ti)"])
+def test_post_processing_at_the_edges_of_every_numeric_type_is_answered(
+        sessions: dict[str, Session], family: str, aggregate: str) -> None:
+    """Each family with every edge literal, in SELECT, HAVING and ORDER BY of one query."""
+    expressions = [FAMILIES[family].format(a=aggregate, x=x) for x in EDGES]
+    items = ", ".join(f"{e} AS e{i}" for i, e in enumerate(expressions))
+    sql = (f"SELECT s, {items} FROM t GROUP BY s HAVING {expressions[0]} IS NULL OR TRUE "
+           f"ORDER BY {expressions[-1]}")
+    assert same_everywhere(sessions, sql) == "answered"
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("literal", BEYOND)
+def test_post_processing_with_an_integer_no_bigint_holds_is_refused_before_its_charge(
+        sessions: dict[str, Session], family: str, literal: str) -> None:
+    expression = FAMILIES[family].format(a="COUNT(*)", x=literal)
+    found = same_everywhere(sessions, f"SELECT s, {expression} FROM t GROUP BY s")
+    assert found.startswith(f"refused: the constant {literal} is outside the BIGINT range")
+    assert "write a decimal" in found
+
+
+@pytest.mark.parametrize("construct", ["NULLIF(COUNT(*), 9223372036854775807)",
+                                       "CASE WHEN COUNT(*) > 1 THEN 18446744073709551615 END",
+                                       "CAST(COUNT(*) AS TINYINT)", "COUNT(*) % 127"])
+def test_post_processing_outside_the_allowlist_is_refused_before_its_charge(
+        sessions: dict[str, Session], construct: str) -> None:
+    assert same_everywhere(sessions, f"SELECT s, {construct} FROM t GROUP BY s").startswith(
+        "refused")
+
+
+def test_the_reported_having_is_answered_not_charged_and_failed(build: Callable[..., Path]
+                                                                ) -> None:
+    """The issue's reproduction on the Adult sample, and the same over a cached answer."""
+    from tests.conftest import ADULT_POLICY
+    from tests.query.conftest import INFINITE, with_budgets
+
+    path = build(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
+    with dpsql.connect(path, "alice") as alice:
+        answer = alice.sql("SELECT sex, AVG(age) AS a FROM adult GROUP BY sex "
+                           "HAVING COALESCE(AVG(age), 9223372036854775807) > 0")
+        assert answer.table.num_rows == 2
+        cached = alice.sql("SELECT sex, COALESCE(AVG(age), 9223372036854775807) AS a "
+                           "FROM adult GROUP BY sex")
+        assert cached.cached
+        assert cached.table.column("a").to_pylist() == answer.table.column("a").to_pylist()
+        assert not [r for r in alice.audit() if r["outcome"] == "failed"]
+
+
+def test_post_processing_that_cannot_be_evaluated_is_refused_before_the_charge(
+        sessions: dict[str, Session], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check before the charge, on its own: with the evaluator's type unification undone
+    (as it was when the issue was filed), the query is refused, and nothing is charged."""
+    monkeypatch.setattr(post, "_unified", lambda *values: list(values))
+    found = same_everywhere(sessions, "SELECT s, COALESCE(AVG(d), 9223372036854775807) AS a "
+                                      "FROM t GROUP BY s")
+    assert found.startswith("refused: the SELECT, HAVING and ORDER BY expressions cannot be "
+                            "computed over the noisy answer")
+    assert "nothing was charged" in found
+
+
 # -- 2. generated allowed queries over adversarial tables ---------------------------------
 
 NUMERIC = ["b", "i", "ti", "u", "h", "dec", "d", "far"]
@@ -193,12 +273,13 @@ STRINGS = ["''", "'a'", "'ä'", "'%'", "'_'", "'\\'", "'😀'", "'it''s'", "'\u0
 PATTERNS = ["'%'", "'a%'", "'_'", "'%\\'", "'\\%'", "'!%'", "'ä_'", "''"]
 
 
-def _number(depth: int) -> st.SearchStrategy[str]:
-    leaf = st.one_of(st.sampled_from(NUMERIC), st.sampled_from(INTEGERS),
+def _number(depth: int, columns: list[str] = NUMERIC) -> st.SearchStrategy[str]:
+    """Numeric expressions over ``columns`` (or aggregates, for post-processing)."""
+    leaf = st.one_of(st.sampled_from(columns), st.sampled_from(INTEGERS),
                      st.sampled_from(DECIMALS), st.just("NULL"))
     if depth <= 0:
         return leaf
-    inner = _number(depth - 1)
+    inner = _number(depth - 1, columns)
     return st.one_of(
         leaf,
         st.builds("({} {} {})".format, inner, st.sampled_from(["+", "-", "*", "/"]), inner),
@@ -207,6 +288,7 @@ def _number(depth: int) -> st.SearchStrategy[str]:
         st.builds("round({})".format, inner),
         st.builds("round({}, {})".format, inner, st.sampled_from(["0", "2", "15"])),
         st.builds("coalesce({}, {})".format, inner, inner),
+        st.builds("coalesce({}, {}, {})".format, inner, inner, inner),
         st.builds("length({})".format, _text(depth - 1)),
     )
 
@@ -239,9 +321,12 @@ def _condition(depth: int) -> st.SearchStrategy[str]:
                   st.sampled_from(["'!'", "'\\'", "'%'", "'é'"])),
         st.sampled_from(["flag", "flag = TRUE", "flag IS FALSE", "TRUE", "NULL"]),
     )
-    if depth <= 0:
-        return leaf
-    inner = _condition(depth - 1)
+    return leaf if depth <= 0 else _logic(leaf, _condition(depth - 1))
+
+
+def _logic(leaf: st.SearchStrategy[str], inner: st.SearchStrategy[str]
+           ) -> st.SearchStrategy[str]:
+    """``leaf``, or AND, OR and NOT of ``inner`` conditions."""
     return st.one_of(leaf, st.builds("({} AND {})".format, inner, inner),
                      st.builds("({} OR {})".format, inner, inner),
                      st.builds("NOT {}".format, inner))
@@ -258,11 +343,32 @@ SMALL_KEYS = ["s", "flag", "dp_bin(d)", "dp_bin(i, 500000000)", "dp_bin(dec, 0.5
 KEYS = st.sampled_from([*SMALL_KEYS, "ti", "dp_bin(b, 7)", "dp_bin(far, 8)"])
 
 
+# Post-processing: expressions over the noisy aggregates in SELECT, HAVING and ORDER BY,
+# with literals at the edges of every numeric type (they meet each aggregate's type).
+POST_AGGREGATES = ["COUNT(*)", "SUM(b)", "SUM(u)", "AVG(d)", "AVG(dec)", "SUM(far)",
+                   "COUNT(DISTINCT s)", "MEDIAN(ti)"]
+
+
+def _post_condition(depth: int) -> st.SearchStrategy[str]:
+    num = _number(1, POST_AGGREGATES)
+    compare = st.sampled_from(["=", "<>", "<", ">=", "IS NOT DISTINCT FROM", "IS DISTINCT FROM"])
+    leaf = st.one_of(
+        st.builds("{} {} {}".format, num, compare, num),
+        st.builds("{} BETWEEN {} AND {}".format, num, num, num),
+        st.builds("{} IN ({}, {})".format, st.sampled_from(POST_AGGREGATES),
+                  st.sampled_from(INTEGERS + DECIMALS), st.sampled_from(INTEGERS + DECIMALS)),
+        st.builds("{} IS {}NULL".format, num, st.sampled_from(["", "NOT "])),
+    )
+    return leaf if depth <= 0 else _logic(leaf, _post_condition(depth - 1))
+
+
 @st.composite
 def allowed_query(draw: st.DrawFn) -> str:
     keys = draw(st.lists(KEYS, max_size=1))  # at most one key with many groups
     keys += [k for k in draw(st.lists(st.sampled_from(SMALL_KEYS), max_size=1)) if k not in keys]
     items = [*keys, *draw(st.lists(AGGREGATES, min_size=1, max_size=3))]
+    if draw(st.integers(0, 2)) == 0:
+        items.append(f"{draw(_number(2, POST_AGGREGATES))} AS p")
     sql = f"SELECT {', '.join(items)} FROM t"
     if draw(st.booleans()) or not keys:
         sql += f" WHERE {draw(_condition(2))}"
@@ -270,9 +376,13 @@ def allowed_query(draw: st.DrawFn) -> str:
         sql += f" GROUP BY {', '.join(keys)}"
     having = st.one_of(
         st.builds("COUNT(*) > {}".format, _number(1).filter(lambda n: n not in NUMERIC)),
-        st.builds("COUNT(*) IN ({}, {})".format, *[st.sampled_from(INTEGERS + DECIMALS)] * 2))
-    if draw(st.integers(0, 3)) == 0:
+        st.builds("COUNT(*) IN ({}, {})".format, *[st.sampled_from(INTEGERS + DECIMALS)] * 2),
+        _post_condition(1))
+    if draw(st.integers(0, 2)) == 0:
         sql += f" HAVING {draw(having)}"
+    if draw(st.integers(0, 3)) == 0:
+        order = draw(_number(1, POST_AGGREGATES))
+        sql += f" ORDER BY {order}{draw(st.sampled_from(['', ' DESC']))}"
     return sql
 
 
