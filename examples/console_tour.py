@@ -5,12 +5,12 @@
 Builds a store from the bundled Adult sample, gives the admin a SQL password,
 starts `dpsql serve --console` on free ports, lets the analyst alice spend some
 budget over the wire, then logs in to the console as a browser would (at the
-printed address, below its secret random path prefix; the login form's CSRF
-token, the session cookie, sent only below that prefix), reads the budget page,
-grants alice more budget through the grant form, finds the grant in the audit
-page and shows that the bare port answers 404. The server is stopped at the
-end. Open the printed URL in a browser to look around while it runs
-(set CONSOLE_TOUR_WAIT=60 to keep it up for a minute).
+address the server wrote to a file only its owner may read, below its secret
+random path prefix; the login form's CSRF token, the session cookie, sent only
+below that prefix), reads the budget page, grants alice more budget through the
+grant form, finds the grant in the audit page and shows that the bare port
+answers 404. The server is stopped at the end. Open the printed URL in a browser
+to look around while it runs (set CONSOLE_TOUR_WAIT=60 to keep it up for a minute).
 """
 
 from __future__ import annotations
@@ -49,10 +49,12 @@ def start(db: Path) -> tuple[subprocess.Popen[str], int, str]:
     for line in server.stderr:
         print("  server:", line.rstrip())
         port = port or _number(re.search(r"listening on [\d.]+:(\d+)", line))
-        url = re.search(r"console \(administrators\): (\S+)", line)
+        # The address holds the console's secret prefix: the server writes it to a file
+        # only its owner may read, and prints that file's path.
+        url = re.search(r"console \(administrators\): its address is in (\S+\.url) ", line)
         if port and url:
             threading.Thread(target=server.stderr.read, daemon=True).start()  # drain the log
-            return server, port, url.group(1)
+            return server, port, Path(url.group(1)).read_text().strip()
     raise RuntimeError("the server did not start")
 
 
