@@ -1,57 +1,44 @@
 """Releases as background jobs: charged at once, fitted in a worker process, written at the end.
 
-:meth:`Jobs.submit` checks and charges a release request in the caller's thread
-(a refused request costs nothing and raises there). The job then runs on the
-store's one job thread, in order: it writes the bounded source to a private
-temporary folder, a worker process (started with "spawn": the server is
-multi-threaded, so never fork) fits and samples from it and leaves its results
-there, and the owner writes them in one store transaction. The folder is
-removed when the job ends, however it ends.
+:meth:`Jobs.submit` checks a release request in the caller's thread, starts its
+worker process (:mod:`dpsql.worker`: a fresh interpreter that never imports
+the caller's ``__main__``, checked ready) and only then charges it: a refused
+request, or a worker that cannot start, costs nothing and raises there. The
+job then runs on the store's one job thread, in order: it writes the bounded
+source to a private temporary folder (:mod:`dpsql.scratch`), the worker fits
+and samples from it and leaves its results there, and the owner writes them in
+one store transaction. The folder is removed when the job ends, however it ends.
 
-The worker dies with its parent: a thread in it waits on the pipe to the parent
-and ends the process when the pipe closes, so ``kill -9`` of the owner leaves
-no fit running. Jobs are rows of ``dpsql.jobs``; the store marks those a dead
-process left queued or running ``interrupted`` when it is next opened (their
-charge stays; their table was never written, since the write is one transaction).
+The worker dies with its owner (it watches the pipe between them), so ``kill -9``
+of the owner leaves no fit running. Jobs are rows of ``dpsql.jobs``; the store
+marks those a dead process left queued or running ``interrupted`` when it is
+next opened, and removes their folders (their charge stays; their table was
+never written, since the write is one transaction).
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import os
-import signal
-import sys
-import tempfile
 import threading
-import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
+from dpsql import scratch
 from dpsql.context import Context
 from dpsql.errors import DPSQLError, QueryCanceled, ReleaseError
 from dpsql.interrupt import Interrupter
 from dpsql.progress import Progress, silent
 from dpsql.release import Charged, MoreRequest, Release, ReleaseRequest, prepare
 from dpsql.store import Store, now
+from dpsql.worker import Worker, WorkerFailed
 
 LIVE = ("queued", "running")
 COLUMNS = ("id", "user", "kind", "name", "dataset", "synthesizer", "state", "stage",
            "fraction", "submitted_at", "finished_at", "audit_id", "worker_pid", "error")
-
-
-class _WorkerFailed(Exception):
-    """The worker raised ``name`` (not a dpsql error, so only its type name travels)."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
 
 
 class _Cancelled(Exception):
@@ -65,8 +52,8 @@ class _Job:
     id: int
     ctx: Context
     charged: Charged
+    worker: Worker | None  # started before the charge, waiting for the job's turn; then None
     events: list[tuple[str, float, float | None]] = field(default_factory=list)
-    worker: Any = None  # the worker process while it runs
     export: Interrupter = field(default_factory=Interrupter)  # stops the source's export
     cancelled_by: str | None = None
     writing: bool = False
@@ -85,20 +72,32 @@ class Jobs:
         self._runner = ThreadPoolExecutor(1, thread_name_prefix="dpsql-jobs")
 
     def submit(self, ctx: Context, request: ReleaseRequest | MoreRequest) -> int:
-        """Check and charge ``request`` now, then queue its work; returns the job id."""
-        charged = prepare(ctx, request)
-        with ctx.store.transaction() as cur:
-            row = cur.execute(
-                "INSERT INTO dpsql.jobs (id, user_name, kind, name, dataset, synthesizer, "
-                "state, submitted_at, audit_id) VALUES (nextval('dpsql.job_ids'), ?, ?, ?, ?, "
-                "?, 'queued', ?, ?) RETURNING id",
-                [ctx.user, charged.kind, charged.name, charged.dataset, charged.synthesizer,
-                 now(), charged.audit_id]).fetchone()
-        assert row is not None
-        job = _Job(int(row[0]), ctx, charged)
-        with self._changed:
-            self._jobs[job.id] = job
-        self._runner.submit(self._run, job)
+        """Check ``request``, start its worker, then charge it and queue it; returns the job id."""
+        workers: list[Worker] = []
+
+        def start(work: Callable[..., None], args: tuple[Any, ...]) -> None:
+            workers.append(Worker.start(work, args))
+
+        try:
+            charged = prepare(ctx, request, start)
+            [worker] = workers
+            with ctx.store.transaction() as cur:
+                row = cur.execute(
+                    "INSERT INTO dpsql.jobs (id, user_name, kind, name, dataset, synthesizer, "
+                    "state, submitted_at, audit_id, worker_pid) VALUES "
+                    "(nextval('dpsql.job_ids'), ?, ?, ?, ?, ?, 'queued', ?, ?, ?) RETURNING id",
+                    [ctx.user, charged.kind, charged.name, charged.dataset, charged.synthesizer,
+                     now(), charged.audit_id, worker.pid]).fetchone()
+            assert row is not None
+            job = _Job(int(row[0]), ctx, charged, worker)
+            with self._changed:
+                self._jobs[job.id] = job
+            self._runner.submit(self._run, job)
+        except BaseException:
+            for started in workers:
+                started.kill()
+                started.close()
+            raise
         return job.id
 
     def wait(self, job_id: int, progress: Progress | None = None) -> Release:
@@ -193,29 +192,31 @@ class Jobs:
         ctx, charged = job.ctx, job.charged
         outcome, reason = "released", None
         try:
-            with tempfile.TemporaryDirectory(prefix="dpsql-release-") as folder:  # mode 0700
+            with scratch.folder(ctx.store.path) as folder:  # mode 0700, marked with its owner
                 with job.export.statement():  # from here a cancel interrupts the export
                     self._check_cancelled(job)
-                    _update(ctx.store, job.id, state="running", folder=folder)
+                    _update(ctx.store, job.id, state="running", folder=str(folder))
                     try:
-                        charged.export(ctx, Path(folder), job.export)
+                        charged.export(ctx, folder, job.export)
                     except QueryCanceled:
                         self._check_cancelled(job)
                         raise
-                self._in_worker(job, Path(folder))
+                self._in_worker(job, folder)
                 with self._changed:
                     self._check_cancelled(job)
                     job.writing = True
-                job.result = charged.write(ctx, Path(folder), self._reporter(job))
+                job.result = charged.write(ctx, folder, self._reporter(job))
         except _Cancelled:
             outcome, reason = "cancelled", f"cancelled by {job.cancelled_by}{charged.kept}"
             job.error = ReleaseError(f"job {job.id} was {reason}")
         except BaseException as err:  # settled, then raised in the waiter
-            name = err.name if isinstance(err, _WorkerFailed) else type(err).__name__
+            name = err.name if isinstance(err, WorkerFailed) else type(err).__name__
             outcome, (reason, wrapped) = "failed", charged.failure(name)
             job.error = err if isinstance(err, DPSQLError) else wrapped
-            if not isinstance(err, (_WorkerFailed, DPSQLError)):
+            if not isinstance(err, (WorkerFailed, DPSQLError)):
                 job.error.__cause__ = err
+        finally:
+            self._end_worker(job)  # a worker that never got its turn
         state = {"released": "succeeded", "cancelled": "cancelled"}.get(outcome, "failed")
         try:
             ctx.ledger.settle(charged.audit_id, outcome, reason)
@@ -241,39 +242,25 @@ class Jobs:
         return report
 
     def _in_worker(self, job: _Job, folder: Path) -> None:
-        """Run the job's work in a spawned worker process, relaying its progress."""
-        spawn = multiprocessing.get_context("spawn")
-        mine, theirs = spawn.Pipe()
-        worker = spawn.Process(target=_worker, name=f"dpsql-job-{job.id}",
-                               args=(theirs, job.charged.work, job.charged.args, str(folder)))
+        """Let the job's worker fit and sample from ``folder``, relaying its progress."""
         with self._changed:
             self._check_cancelled(job)
-            worker.start()
-            job.worker = worker
-        theirs.close()
-        report = self._reporter(job)
+            worker = job.worker
+        assert worker is not None
         try:
-            _update(job.ctx.store, job.id, worker_pid=worker.pid)
-            while True:
-                try:
-                    message = mine.recv()
-                except EOFError:
-                    self._check_cancelled(job)
-                    raise _WorkerFailed("WorkerDied") from None
-                if message[0] == "progress":
-                    report(*message[1:])
-                elif message[0] == "done":
-                    return
-                else:
-                    raise message[2] or _WorkerFailed(message[1])
+            worker.run(folder, self._reporter(job))
+        except WorkerFailed:
+            self._check_cancelled(job)  # killed by a cancel
+            raise
         finally:
-            mine.close()
-            worker.join(5)
-            if worker.is_alive():
-                worker.kill()
-                worker.join()
-            with self._changed:
-                job.worker = None
+            self._end_worker(job)  # before its folder goes
+
+    def _end_worker(self, job: _Job) -> None:
+        """Stop the job's worker, whether it finished, failed or never got its turn."""
+        with self._changed:
+            worker, job.worker = job.worker, None
+        if worker is not None:
+            worker.close()
 
 
 def jobs(store: Store) -> Jobs:
@@ -295,33 +282,3 @@ def _update(target: Store | duckdb.DuckDBPyConnection, job_id: int, **values: An
         return
     names = ", ".join(f"{name} = ?" for name in values)
     target.execute(f"UPDATE dpsql.jobs SET {names} WHERE id = ?", [*values.values(), job_id])
-
-
-# -- the worker process -------------------------------------------------------------------
-
-
-def _worker(conn: Connection, work: Callable[..., None], args: tuple[Any, ...],
-            folder: str) -> None:
-    """Run ``work(folder, *args)`` and send its progress and outcome to the parent."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to act on
-    threading.Thread(target=_exit_with_parent, args=(conn,), daemon=True,
-                     name="dpsql-parent-watch").start()
-
-    def report(stage: str, done: float, total: float | None = None) -> None:
-        conn.send(("progress", stage, done, total))
-
-    try:
-        work(Path(folder), *args, report=report)
-    except BaseException as err:  # the parent settles the job
-        if os.environ.get("DPSQL_DEBUG"):
-            traceback.print_exc(file=sys.stderr)
-        conn.send(("error", type(err).__name__, err if isinstance(err, DPSQLError) else None))
-        return
-    conn.send(("done",))
-
-
-def _exit_with_parent(conn: Connection) -> None:
-    """End this process when the parent's end of the pipe closes (the parent died)."""
-    with contextlib.suppress(EOFError, OSError):
-        conn.recv()
-    os._exit(1)

@@ -59,6 +59,8 @@ if TYPE_CHECKING:
     from dpsql.context import Context
 
 COPY_COLUMN = "_copy"
+#: Called with a release's work and its arguments once the request is checked, before the charge.
+Start = Callable[[Callable[..., None], tuple[Any, ...]], None]
 
 
 @dataclass(frozen=True)
@@ -189,14 +191,17 @@ class Charged:
             "refunded); set DPSQL_DEBUG=1 for details")
 
 
-def prepare(ctx: Context, request: ReleaseRequest | MoreRequest) -> Charged:
+def prepare(ctx: Context, request: ReleaseRequest | MoreRequest,
+            start: Start | None = None) -> Charged:
     """Check ``request`` from public information, then charge and audit it (admins only).
 
     A refusal is audited and costs nothing; once this returns the charge is
-    committed and stays whatever happens to the work.
+    committed and stays whatever happens to the work. ``start(work, args)``
+    runs after the checks and before the charge: the job starts its worker
+    there, so a worker that cannot start is one more refusal.
     """
     if isinstance(request, MoreRequest):
-        return _prepare_more(ctx, request)
+        return _prepare_more(ctx, request, start)
     r = request
     opts = dict(r.options)
     statement = _statement(r.dataset, r.synthesizer, r.name, r.epsilon, r.delta, r.rho, r.rows,
@@ -207,6 +212,8 @@ def prepare(ctx: Context, request: ReleaseRequest | MoreRequest) -> Charged:
         ctx.require_admin("release synthetic data")
         plan = _plan(ctx, r.dataset, r.synthesizer, r.name, r.epsilon, r.delta, r.rho, r.rows,
                      r.copies, r.columns, r.seed, r.replace, opts, statement)
+        if start is not None:
+            start(synthesize, (plan.fit_spec(),))
     except DPSQLError as err:
         ledger.record(ctx.user, dataset_for_audit, statement, "refused", str(err),
                       action="release")
@@ -469,8 +476,13 @@ class Synthetic:
 
 
 def synthesize(folder: Path, plan: FitSpec, *, report: Progress) -> None:
-    """In the worker: fit on the exported source, sample, and save the results in ``folder``."""
-    con = duckdb.connect(":memory:", config=dict(HARDENED_CONFIG))
+    """In the worker: fit on the exported source, sample, and save the results in ``folder``.
+
+    DuckDB spills into ``folder`` too, which is removed or swept whatever happens
+    (its default, ``./.tmp``, would keep the rows of a killed worker).
+    """
+    con = duckdb.connect(":memory:", config={**HARDENED_CONFIG,
+                                             "temp_directory": str(folder / "spill")})
     try:
         fit_and_sample(expanded(con, read_arrow(folder / SOURCE_FILE)), plan, report
                        ).save(folder)
@@ -677,7 +689,7 @@ def _comment(cur: duckdb.DuckDBPyConnection, table_name: str, record: dict[str, 
 # -- more copies from a stored state ----------------------------------------------------------
 
 
-def _prepare_more(ctx: Context, request: MoreRequest) -> Charged:
+def _prepare_more(ctx: Context, request: MoreRequest, start: Start | None) -> Charged:
     """Check a release-more request and audit it (sampling from a DP state costs nothing)."""
     ctx.require_admin("release synthetic data")
     _check_count(request.copies, "copies")
@@ -699,17 +711,19 @@ def _prepare_more(ctx: Context, request: MoreRequest) -> Charged:
     statement = f"release-more {name} --copies {request.copies}" + (
         f" --seed {seed}" if seed is not None else "")
     dataset = record["dataset"]["name"]
+    first = int(record["copies"]) + 1
+    numbers = list(range(first, first + request.copies))
+    args = (synth, row[0], provenance.domain_of(store, record), int(record["rows"]), numbers,
+            chosen)
+    if start is not None:
+        start(sample_more, args)
     audit_id = ctx.ledger.record(ctx.user, dataset, statement, "started",
                                  "sampling from the stored DP state: no cost",
                                  cost=PrivacyCost.zero(ctx.policy.accounting), action="release")
-    first = int(record["copies"]) + 1
-    numbers = list(range(first, first + request.copies))
     extension = {"copies": numbers,
                  "seed": {"value": chosen, "source": "generated" if seed is None else "user"},
                  "by": ctx.user, "at": now().isoformat(timespec="seconds"),
                  "audit_id": audit_id}
-    args = (synth, row[0], provenance.domain_of(store, record), int(record["rows"]), numbers,
-            chosen)
     return Charged("release_more", name, dataset, synth_name, audit_id, "", sample_more, args,
                    entry={**entry, "extension": extension})
 
