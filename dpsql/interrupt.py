@@ -5,7 +5,9 @@ runs, and forgets an interrupt that arrives just before a query starts. So an
 :class:`Interrupter` knows which cursors the current statement runs queries on,
 refuses new queries once the statement is interrupted, and repeats the
 interrupt until the queries it targeted are over. Queries of a later
-statement, even on the same cursor, are never hit.
+statement, even on the same cursor, are never hit. Python work of the
+statement that runs long after its queries (encoding millions of answer rows)
+asks :meth:`Interrupter.check` between pieces.
 """
 
 from __future__ import annotations
@@ -69,6 +71,16 @@ class Interrupter:
         finally:
             with self._lock:
                 del self._running[key]
+
+    def check(self) -> None:
+        """Raise QueryCanceled if the current statement was interrupted.
+
+        For the statement's long Python work outside DuckDB (encoding a large
+        answer for the wire), which no DuckDB interrupt reaches: call it between pieces.
+        """
+        with self._lock:
+            if self._depth and self._interrupted:
+                raise QueryCanceled()
 
     def interrupt(self) -> None:
         """Stop the current statement's queries and refuse its next ones (any thread)."""

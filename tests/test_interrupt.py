@@ -59,3 +59,17 @@ def test_the_next_statement_on_the_same_cursor_is_not_hit(cursor):
         time.sleep(0.01)
         with interrupts.statement():
             assert _run(interrupts, cursor, SHORT)[0][0] > 0
+
+
+def test_check_raises_only_in_the_interrupted_statement():
+    """Python work between a statement's queries (encoding its answer) asks check()."""
+    interrupts = Interrupter()
+    interrupts.check()  # no statement: nothing to stop
+    with interrupts.statement():
+        interrupts.check()
+        interrupts.interrupt()
+        with pytest.raises(QueryCanceled):
+            interrupts.check()
+    interrupts.check()
+    with interrupts.statement():
+        interrupts.check()  # the next statement is not hit

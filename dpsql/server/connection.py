@@ -43,6 +43,7 @@ log = logging.getLogger("dpsql.server")
 T = TypeVar("T")
 AUTH_MESSAGE_LIMIT = 10_000
 ROWS_PER_WRITE = 1000
+ENCODE_SLICE = 4096  # answer rows encoded between two looks at a statement timeout or cancel
 
 
 class ConnectionClosed(Exception):
@@ -82,13 +83,24 @@ def row_fields(schema: pa.Schema, formats: Callable[[int], int]) -> list[m.Field
     return out
 
 
-def encode_rows(table: pa.Table, formats: Callable[[int], int], zone: Any) -> list[bytes]:
-    """Every row of ``table`` as a DataRow message."""
+def encode_rows(table: pa.Table, formats: Callable[[int], int], zone: Any,
+                check: Callable[[], None] | None = None) -> list[bytes]:
+    """Every row of ``table`` as a DataRow message.
+
+    ``check`` runs before each slice of rows and raises to stop: a statement
+    timeout or cancel then ends the encoding of a large answer, not only its query.
+    """
     encoders = [column_encoder(table.schema.field(i).type, formats(i) == 1, zone)
                 for i in range(table.num_columns)]
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
-    return [m.data_row([enc(v) for enc, v in zip(encoders, values, strict=True)])
-            for values in zip(*columns, strict=True)]
+    out: list[bytes] = []
+    for start in range(0, table.num_rows, ENCODE_SLICE):
+        if check is not None:
+            check()
+        part = table.slice(start, ENCODE_SLICE)
+        columns = [part.column(i).to_pylist() for i in range(part.num_columns)]
+        out.extend(m.data_row([enc(v) for enc, v in zip(encoders, values, strict=True)])
+                   for values in zip(*columns, strict=True))
+    return out
 
 
 def _text_formats(_: int) -> int:
@@ -453,7 +465,8 @@ class Connection:
             lines = copyout.lines(outcome.table, outcome.copy, self.router.timezone)
             return [m.copy_data(line) for line in lines]
         try:
-            return encode_rows(outcome.table, formats, self.router.timezone)
+            return encode_rows(outcome.table, formats, self.router.timezone,
+                               self.session.interrupts.check if self.session else None)
         except UnsupportedFormat as err:
             self.router.failed()
             raise StatementError("0A000", str(err)) from err
