@@ -116,7 +116,7 @@ class AuditRow:
     dataset: str | None
     action: str
     statement: str | None
-    kind: str | None
+    kind: Kind | None
     units: int | None
     infinite: bool | None
     outcome: str

@@ -123,13 +123,13 @@ def find_outside(cur: duckdb.DuckDBPyConnection, relation: str, ds: Dataset,
     assert row is not None
     found = []
     for i, (name, pred) in enumerate(predicates.items()):
-        rows, stuck = int(row[2 * i]), int(row[2 * i + 1])
+        rows, unclampable = int(row[2 * i]), int(row[2 * i + 1])
         if rows:
             examples = cur.execute(
                 f"SELECT {quote(name)} FROM {relation} WHERE {pred} GROUP BY ALL "
                 f"ORDER BY count(*) DESC, 1 NULLS FIRST LIMIT {EXAMPLES}").fetchall()
             found.append(Outside(ds.name, name, rows, tuple(e[0] for e in examples),
-                                 clampable=stuck == 0))
+                                 clampable=unclampable == 0))
     return found
 
 
@@ -171,8 +171,10 @@ def settle(cur: duckdb.DuckDBPyConnection, relation: str, ds: Dataset,
     error = refusal(found, handling)
     if error is not None:
         raise error
-    predicates = {o.column: outside_predicate(ds.columns[o.column], types[o.column])
-                  for o in found}
+    # find_outside reports only columns that have a predicate: the filter drops nothing
+    predicates = {o.column: p for o in found
+                  if (p := outside_predicate(ds.columns[o.column], types[o.column]))
+                  is not None}
     if found and handling == "drop":
         outside = " OR ".join(predicates.values())
         if fresh:

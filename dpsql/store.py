@@ -52,7 +52,10 @@ IMPORT_BATCH_ROWS = 40_960
 #: a large GROUP BY (the domain check's examples) needs ~40 MB a thread to spill.
 IMPORT_LIMITS: dict[str, str | int] = {"memory_limit": "64MB", "threads": 1}
 
-HARDENED_CONFIG = {
+#: A ``duckdb.connect`` configuration (its stubs' type: a dict, invariant in its values).
+DuckDBConfig = dict[str, str | bool | int | float | list[str]]
+
+HARDENED_CONFIG: DuckDBConfig = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
@@ -707,7 +710,7 @@ def _check_type(where: str, col_type: str, sql_type: str, values: tuple[Any, ...
 
 def _connect(path: Path, limits: Mapping[str, str | int] | None = None
              ) -> duckdb.DuckDBPyConnection:
-    config = {**HARDENED_CONFIG, **(limits or {})}
+    config: DuckDBConfig = {**HARDENED_CONFIG, **(limits or {})}
     try:
         return duckdb.connect(str(path), config=config)
     except duckdb.IOException as err:

@@ -91,7 +91,7 @@ class Aggregates:
             measures = [Measure("centered_sum", column, predicate),
                         Measure("count", column, predicate)]
         elif func in SPREAD:
-            measures = [Measure(kind, column, predicate)  # type: ignore[arg-type]
+            measures = [Measure(kind, column, predicate)
                         for kind in ("centered_squares", "centered_sum", "count")]
         else:
             measures = [Measure("count" if func == "count" else "sum", column, predicate)]

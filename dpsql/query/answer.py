@@ -602,9 +602,10 @@ def _suggestion(plan: QueryPlan, suggested: list[PrivacyCost | None], target: fl
                  if m.kind != "quantile"]
     if not suggested:
         return f"{head}: no measurement has an interval (a quantile's accuracy is its rank_error)"
-    if any(c is None for c in suggested):
+    reached = [c for c in suggested if c is not None]
+    if len(reached) < len(suggested):
         return f"{head}: no cost reaches it for some measurement (see suggested_cost)"
-    need = max(suggested, key=lambda c: c.value)
+    need = max(reached, key=lambda c: c.value)
     unit = "epsilon" if need.kind == "pure" else "rho"
     at = f" (epsilon={figure(need.epsilon(delta), 'up')} at delta={delta:g})" \
         if need.kind == "zcdp" and delta else ""
@@ -654,7 +655,7 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
     notice = (f"dpsql: {plan.dataset.name}: this query would cost {would}; split equally "
               f"over {len(plan.measures)} measurement(s); {groups}; "
               f"remaining {meta.both_units(remaining, policy.delta, 'down')}")
-    if suggested is not None:
+    if suggested is not None and target is not None:  # suggested exactly with a target
         notice += "; " + _suggestion(plan, suggested, target, level, policy.delta)
     audit = call.ledger.record(call.user, plan.dataset.name, text, "explained",
                                action="explain")

@@ -51,6 +51,7 @@ def cache_key(user: str, fingerprint: str, plan: QueryPlan, cost: PrivacyCost) -
 def lookup(store: Store, key: str) -> CachedAnswer | None:
     """The stored answer under ``key``, if any (including one whose settle is queued)."""
     queued = queued_answer(store, key)
+    row: tuple[Any, ...] | None
     if queued is not None:
         row = (queued[4], queued[7], queued[8])
     elif not answer_stored(store, key):  # the usual miss reads nothing

@@ -78,6 +78,8 @@ def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Me
             high = None if high is None else np.maximum(high, 0)
         out[f"_a{j}"] = _nan_to_null(value) if value.dtype.kind == "f" else pa.array(value)
         if confidence is not None:
+            assert low is not None  # estimate() bounds every value when given a level
+            assert high is not None
             out[f"_a{j}_lo"] = _nan_to_null(low) if low.dtype.kind == "f" else pa.array(low)
             out[f"_a{j}_hi"] = _nan_to_null(high) if high.dtype.kind == "f" else pa.array(high)
     return out

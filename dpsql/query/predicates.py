@@ -40,8 +40,10 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeE
                 exp.NullSafeNEQ)
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div)
 _INT64 = 2**63
-_FOLD = {exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul,
-         exp.Div: operator.truediv}
+_Exact = int | Fraction
+_FOLD: dict[type[exp.Expr], Callable[[_Exact, _Exact], _Exact]] = {
+    exp.Add: operator.add, exp.Sub: operator.sub, exp.Mul: operator.mul,
+    exp.Div: operator.truediv}
 _FOLDABLE = frozenset({exp.Literal, exp.Neg, exp.Paren, exp.Abs, *_FOLD})
 NONDETERMINISTIC = frozenset({
     "rand", "random", "uuid", "gen_random_uuid", "uuidv4", "uuidv7", "now", "setseed",
@@ -160,7 +162,9 @@ class Folder:
             inner = self.constant(node.this)
             if inner is None or isinstance(node, exp.Paren):
                 return inner
-            value = -inner.value if isinstance(node, exp.Neg) else abs(inner.value)
+            # abs() by hand: mypy infers abs() of int | Fraction as object
+            negate = isinstance(node, exp.Neg) or inner.value < 0
+            value = -inner.value if negate else inner.value
             return _representable(Constant(value, inner.integer), node, self.source)
         op = _FOLD.get(type(node))
         if op is None:

@@ -34,7 +34,7 @@ import struct
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dpsql.errors import ConfigurationError, StoreError
 from dpsql.files import check_private, runtime_dir
@@ -169,15 +169,30 @@ class Client(Interruptible):
         self.inputs.put(None)
 
 
+class Terminal(Protocol):
+    """Where a command's streams go: a :class:`Client`, or a CALL's collector."""
+
+    tty: dict[str, bool]  # "in", "out", "err": whether that stream is a terminal
+
+    def write(self, message: dict[str, Any]) -> None:
+        """Output: ``{"out": text}`` or ``{"err": text}``."""
+
+    def read(self, kind: str, prompt: str = "") -> str | None:
+        """A line, everything or a secret (``kind``); None at the end of input."""
+
+    def finish(self) -> None:
+        """The command ended: no cancel may reach its thread any more."""
+
+
 def _raise_in(thread: int, exc: type[BaseException] | None) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
                                                ctypes.py_object(exc) if exc else None)
 
 
-_clients: dict[int, Client] = {}  # thread id -> the client whose command runs in it
+_clients: dict[int, Terminal] = {}  # thread id -> the client whose command runs in it
 
 
-def _client() -> Client | None:
+def _client() -> Terminal | None:
     return _clients.get(threading.get_ident())
 
 
@@ -342,11 +357,11 @@ class AdminChannel:
         return run_for(client, argv, caller, request.get("width"))
 
 
-def run_for(client: Interruptible, argv: list[str], caller: Any, width: int | None = None) -> int:
+def run_for(client: Terminal, argv: list[str], caller: Any, width: int | None = None) -> int:
     """Run the command line ``argv`` in this thread, its streams routed to ``client``.
 
-    ``client`` is an :class:`Interruptible` with ``write``, ``read`` and ``tty``
-    like :class:`Client`'s. Returns the exit code.
+    ``client`` is made in this thread (an :class:`Interruptible`, so a cancel
+    reaches the command). Returns the exit code.
     """
     from dpsql.cli import run
 

@@ -98,7 +98,7 @@ def call(session: Session, command: str, statement: str | None = None) -> CallAn
                     env={"DPSQL_DB": str(session.store.path), "DPSQL_USER": session.user},
                     remote=True, store=str(session.store.path))  # no --db, --as, --user, file
     collector = Collector()
-    with session.interrupts.running(collector):  # type: ignore[arg-type]
+    with session.interrupts.running(collector):
         code = run_for(collector, args, caller)
     out, err = "".join(collector.out), "".join(collector.err)
     ledger.record(session.user, None, statement, "done" if code == 0 else "failed",

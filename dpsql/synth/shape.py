@@ -98,8 +98,11 @@ def measure(source: duckdb.DuckDBPyRelation, domain: Domain, columns: list[str],
     for name, part in zip(columns, parts, strict=True):
         attribute = domain[name]
         cells = attribute.bins * SUB_BINS
-        rows = source.query("_src", f"SELECT cell, count(*) FROM (SELECT {_sub_bin_sql(attribute)}"
-                            " AS cell FROM _src) WHERE cell IS NOT NULL GROUP BY cell").fetchall()
+        cells_of = source.query("_src", f"SELECT cell, count(*) FROM (SELECT "
+                                f"{_sub_bin_sql(attribute)} AS cell FROM _src) "
+                                "WHERE cell IS NOT NULL GROUP BY cell")
+        assert cells_of is not None  # only a statement that writes yields no relation
+        rows = cells_of.fetchall()
         counts = np.zeros(cells, dtype=np.int64)
         for cell, count in rows:
             counts[int(cell)] = int(count)

@@ -102,7 +102,7 @@ def estimate(base: Structure, dim: int, *, nuts: bool, chains: int, iterations: 
     d = dim + 1
     gradient = 4 * d**3 + 6 * dim * table_cells
     hessian = d * gradient if d <= laplace.EXACT_HESSIAN_MAX_DIM else d**3
-    flops = LBFGS_ITERATIONS * gradient + 5 * d**3 + hessian
+    flops: float = LBFGS_ITERATIONS * gradient + 5 * d**3 + hessian
     memory = 16 * d * d + 4 * dim * table_cells
     if nuts:
         step = 1.5 * d * d + 10 * table_cells

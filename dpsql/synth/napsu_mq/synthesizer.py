@@ -231,11 +231,11 @@ class NapsuMQ:
                 (laplace_sd > WEAK_FRACTION * self.prior_sd).sum())
             posterior: post.Posterior = post.Gaussian(fitted.mean, fitted.cov)
             if self.inference == "laplace":
-                draws, ess = resample.resample(
+                resampled, ess = resample.resample(
                     resample.posterior_density(structure, laplace_step.evidence_arrays(
                         reduced, self.prior_sd)), fitted.mean, fitted.cov, rng, self.keep_draws)
                 diagnostics["laplace"]["importance_ess"] = round(ess, 1)
-                posterior = post.Samples(draws)
+                posterior = post.Samples(resampled)
             if self.inference == "nuts":
                 draws = nuts.sample(structure, reduced, fitted, self.prior_sd,
                                     chains=self.chains, warmup=self.warmup,
