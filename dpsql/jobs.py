@@ -108,11 +108,14 @@ class Jobs:
         """
         job = self._job(job_id)
         report, seen = progress or silent, 0
+
+        def news() -> bool:  # events past ``seen``, or the end
+            return len(job.events) > seen or job.finished
+
         try:
             while True:
                 with self._changed:
-                    self._changed.wait_for(lambda n=seen: len(job.events) > n or job.finished,
-                                           0.5)
+                    self._changed.wait_for(news, 0.5)
                     events, finished = job.events[seen:], job.finished
                 seen += len(events)
                 for event in events:
