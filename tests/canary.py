@@ -17,6 +17,7 @@ import contextlib
 import csv
 import datetime
 import decimal
+import hashlib
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -484,6 +485,21 @@ def shape_attacks(store: Path) -> Iterator[str]:
     yield from JOIN_SHAPES
     for shape in PATH_SHAPES:
         yield shape.format(path=store)
+
+
+def sampled(queries: list[str], share: float, seeds: Iterable[str]) -> list[str]:
+    """The queries a keyed hash places below ``share`` for any of ``seeds``, in order.
+
+    For a time-boxed run: a fixed seed asks the same queries every time, a seed
+    that changes (CI passes the commit) asks others each time, so that over
+    many runs every query is asked.
+    """
+    if share >= 1:
+        return queries
+    keys = [seed.encode() for seed in seeds]
+    return [q for q in queries if any(
+        int.from_bytes(hashlib.blake2b(q.encode(), key=key[:64], digest_size=8).digest(), "big")
+        < share * 2**64 for key in keys)]
 
 
 def attacks(store: Path, *, thorough: bool = False) -> list[str]:

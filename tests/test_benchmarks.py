@@ -51,7 +51,7 @@ def test_scale_runs_in_a_quick_mode() -> None:
          "--runs", "1", "--sds-runs", "1"], cwd=ROOT, capture_output=True, text=True,
         timeout=900)
     if "not found under" in result.stderr:
-        pytest.skip("the shared Adult data is not here (set DPSQL_SHARED_DATA)")
+        pytest.skip("the shared data (shared/data/adult) is not here (set DPSQL_SHARED_DATA)")
     assert result.returncode == 0, result.stderr
     assert re.search(r"init +20,000 rows: dpsql +\d+ MB, plain DuckDB +\d+ MB, ratio "
                      r"[\d.]+x +\(load [\d.]+\)", result.stdout)
@@ -74,7 +74,7 @@ def test_sql_breadth_quick_mode_prints_its_figures() -> None:
     their overhead over DuckDB, on the shared Adult and ACS data (skipped where absent)."""
     if not any((d / "shared" / "data" / "acs" / "national2019.csv").exists()
                for d in ROOT.parents) and "DPSQL_SHARED_DATA" not in os.environ:
-        pytest.skip("shared/data/acs is not available")
+        pytest.skip("the shared data (shared/data/acs) is not here")
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sql_breadth.py"),
                              "--quick"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -92,7 +92,7 @@ def test_partition_selection_quick_mode_prints_its_figures() -> None:
     error against Laplace thresholding on the shared ACS data (skipped where it is absent)."""
     if not any((d / "shared" / "data" / "acs" / "national2019.csv").exists()
                for d in ROOT.parents) and "DPSQL_SHARED_DATA" not in os.environ:
-        pytest.skip("shared/data/acs is not available")
+        pytest.skip("the shared data (shared/data/acs) is not here")
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "partition_selection.py"),
                              "--quick"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr

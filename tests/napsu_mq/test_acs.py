@@ -51,7 +51,7 @@ def shared_acs() -> Path:
         path = parent / "shared" / "data" / "acs" / "national2019.csv"
         if path.exists():
             return path
-    pytest.skip("the ACS excerpt (shared/data/acs) is not here")
+    pytest.skip("the shared data (shared/data/acs) is not here")
 
 
 @pytest.mark.slow  # over 30 minutes on two shared cores, not yet run to the end (docs/napsu_mq.md)
