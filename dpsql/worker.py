@@ -1,7 +1,7 @@
 """A release's worker process: a fresh interpreter, started and checked before the charge.
 
-The owner starts ``python -c BOOT`` with a pipe (subprocess: fork and exec
-at once, never a bare fork of a multi-threaded process). The worker never
+The owner starts ``python -I -c BOOT`` in ``/`` with a pipe (subprocess: fork
+and exec at once, never a bare fork of a multi-threaded process). The worker never
 imports the caller's ``__main__``, unlike multiprocessing's "spawn", which runs
 a script again in the child and fails a release called from a script with no
 ``if __name__ == "__main__":`` guard. Startup is a handshake: the owner sends
@@ -35,14 +35,17 @@ from dpsql.progress import Progress
 
 READY_TIMEOUT = 300.0  # seconds for a worker to start and load its work (a loaded host)
 
-#: Run by ``python -c``: the caller's ``__main__`` is never imported, and the owner's
-#: ``sys.path`` (as multiprocessing passes it) comes down the pipe before dpsql is imported.
+#: Run by ``python -I -c`` in ``/``: the caller's ``__main__`` is never imported, and nothing
+#: from the current directory or the PYTHON* variables is (isolated mode). The owner's
+#: ``sys.path`` comes down the pipe before dpsql is imported: its folders are appended after
+#: the interpreter's own, so none can shadow a module of the standard library or of an
+#: installed package (a ``signal.py`` planted where the owner runs is never imported).
 BOOT = """\
 import signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the owner's to act on
 from multiprocessing.connection import Connection
 conn = Connection(int(sys.argv[1]))
-sys.path[:] = conn.recv()
+sys.path.extend(p for p in conn.recv() if p and p not in sys.path)
 try:
     from dpsql.worker import main
 except BaseException as err:
@@ -88,8 +91,9 @@ class Worker:
                                "interpreter (sys.executable is empty); nothing was charged")
         mine, theirs = multiprocessing.Pipe()
         try:
-            process = subprocess.Popen([python, "-c", BOOT, str(theirs.fileno())],
-                                       pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+            process = subprocess.Popen([python, "-I", "-c", BOOT, str(theirs.fileno())],
+                                       pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                       cwd="/")
         except OSError as err:
             mine.close()
             raise ReleaseError(f"cannot start a release worker ({python}: {err.strerror}); "

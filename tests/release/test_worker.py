@@ -85,6 +85,35 @@ def test_a_script_with_no_main_guard_releases(release_store, tmp_path):
         assert [j["state"] for j in session.jobs().list()] == ["succeeded"]
 
 
+#: Modules another local user plants where the owner runs: the worker must import none.
+PLANTED = ("signal", "json", "numpy", "duckdb", "dpsql")
+
+
+@pytest.mark.parametrize("how", ["script", "the dpsql command"])
+def test_a_worker_imports_nothing_planted_in_the_current_folder(release_store, tmp_path, how):
+    """A red-team finding: ``python -c`` put the current folder first on the worker's path,
+    so a ``signal.py`` in a shared folder (the owner's current folder, not its script's
+    folder, which the script trusts by running from it) ran as the store's owner."""
+    shared, private = tmp_path / "shared", tmp_path / "private"
+    shared.mkdir()
+    private.mkdir()
+    evidence = tmp_path / "evidence"
+    for name in PLANTED:
+        (shared / f"{name}.py").write_text(
+            f"open({str(evidence)!r}, 'a').write('{name} ran\\n')\nraise ImportError\n")
+    if how == "script":
+        script = private / "script.py"
+        script.write_text(NO_GUARD.format(path=str(release_store)))
+        command = [sys.executable, str(script)]
+    else:
+        command = [str(Path(sys.executable).with_name("dpsql")), "release", "adult", "--synth",
+                   "independent", "--epsilon", "1", "--name", "from_cli", "--columns", "sex",
+                   "--db", str(release_store)]
+    done = subprocess.run(command, cwd=shared, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert not evidence.exists(), evidence.read_text()
+
+
 @pytest.mark.parametrize("python", ["missing", "exits_at_once"])
 def test_a_worker_that_cannot_start_is_refused_uncharged(admin_session, tmp_path, monkeypatch,
                                                           python):
