@@ -21,7 +21,9 @@ import logging
 import os
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from dpsql.errors import ConfigurationError, StoreError
 
@@ -41,12 +43,48 @@ def private_umask() -> None:
     os.umask(current | OTHERS)
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (UTF-8), readable by its owner only, also if it existed."""
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(descriptor, "w", encoding="utf-8") as out:
-        os.fchmod(descriptor, 0o600)
-        out.write(text)
+def write_private(path: Path, data: str | bytes | Callable[[BinaryIO], None], *,
+                  mode: int = 0o600) -> None:
+    """Write ``path`` as a new file only its owner may read (``mode``), then move it there.
+
+    ``data`` is text (UTF-8), bytes, or a function that writes to the open file.
+    The file is made under a random name in the same folder (``O_EXCL``: never an
+    existing file or a planted link), written through its descriptor, and
+    renamed onto ``path``: a symbolic link or a file another user planted at
+    ``path`` is replaced, never followed or written into, and a failure leaves
+    no partial file.
+    """
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as out:
+            os.fchmod(out.fileno(), mode)
+            if callable(data):
+                data(out)
+            else:
+                out.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def private_folder(path: Path) -> Path:
+    """``path`` as a folder of ours, mode 0700, for files of private data; made if absent.
+
+    A folder that exists must be ours and not a link; one that others may write
+    into (where they may have planted files or links) is refused.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise ConfigurationError(
+            f"{path} is not a folder of yours that only you may write into (owner uid "
+            f"{info.st_uid}, mode {stat.filemode(info.st_mode)}); choose another folder")
+    os.chmod(path, 0o700)
+    return path
 
 
 def store_files(path: Path) -> list[Path]:

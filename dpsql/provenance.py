@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from dataclasses import replace
 from datetime import datetime
 from fractions import Fraction
@@ -24,6 +23,7 @@ import numpy as np
 
 from dpsql.domain import Domain, quote
 from dpsql.errors import ConfigurationError, ReleaseError
+from dpsql.files import write_private
 from dpsql.policy import Dataset, Policy, did_you_mean
 from dpsql.store import Store, check_identifier
 
@@ -196,10 +196,10 @@ def export(store: Store, name: str, path: str | Path, *, mode: int = 0o600) -> d
     """Write ``released.<name>`` to a Parquet file with its record in the key-value metadata.
 
     Released tables are free to read, so any user of the store may export one.
-    Written by pyarrow (store connections have no file access) under a
-    temporary name and renamed, so a failure leaves no partial file. The file
-    gets ``mode`` (the owner's only unless the caller asks for more), also when
-    it replaces an older file with another mode.
+    Written by pyarrow (store connections have no file access) through
+    :func:`dpsql.files.write_private`: a new file of ``mode`` (the owner's only
+    unless the caller asks for more) renamed onto ``path``, so a failure leaves
+    no partial file and nothing planted at ``path`` is followed.
     """
     import pyarrow.parquet as pq
 
@@ -214,13 +214,9 @@ def export(store: Store, name: str, path: str | Path, *, mode: int = 0o600) -> d
     metadata = dict(data.schema.metadata or {})
     metadata[METADATA_KEY] = to_json(entry["record"]).encode()
     data = data.replace_schema_metadata(metadata)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        pq.write_table(data, temporary)
-        temporary.chmod(mode)
-        temporary.replace(target)
+        write_private(target, lambda out: pq.write_table(data, out), mode=mode)
     except OSError as err:
-        temporary.unlink(missing_ok=True)
         raise ConfigurationError(f"cannot write {target}: {err.strerror}") from err
     return {"name": name, "path": str(target), "rows": data.num_rows,
             "release_id": entry["release_id"], "mode": f"{mode:o}"}

@@ -14,7 +14,7 @@ import pytest
 
 import dpsql
 from dpsql.errors import ConfigurationError
-from dpsql.files import runtime_dir
+from dpsql.files import private_folder, runtime_dir, write_private
 
 from .conftest import ADULT_POLICY, ADULT_SAMPLE
 
@@ -147,3 +147,67 @@ def test_a_runtime_folder_of_ours_that_others_may_use_is_refused(shared_tmp):
     folder.chmod(0o755)
     with pytest.raises(ConfigurationError, match="is not a private directory"):
         runtime_dir()
+
+
+# -- output files: nothing planted where dpsql writes is followed or reused ------------------
+def test_write_private_replaces_a_planted_link_and_never_follows_it(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    target = tmp_path / "out.yaml"
+    target.symlink_to(victim)
+    write_private(target, "draft")
+    assert victim.read_text() == "precious"
+    assert not target.is_symlink()
+    assert target.read_text() == "draft"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.yaml", "victim"]  # no temporary
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path):
+    def broken(out):
+        out.write(b"half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        write_private(tmp_path / "out.parquet", broken)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a file of another uid needs root")
+def test_a_file_another_user_planted_is_replaced_not_written_into(tmp_path):
+    """A red-team finding: a 0666 file of another user received the draft and stayed theirs."""
+    target = tmp_path / "draft.yaml"
+    target.write_text("")
+    target.chmod(0o666)
+    os.chown(target, 65534, 65534)
+    write_private(target, "bounds read from the rows")
+    assert target.stat().st_uid == os.getuid()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+
+
+def test_export_through_a_planted_link_leaves_its_target_alone(tmp_path, store_path):
+    with dpsql.connect(store_path, "admin") as admin:
+        admin.release("adult", synthesizer="independent", name="syn", epsilon=1, rows=50, seed=1)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "syn.parquet").symlink_to(victim)
+    out = dpsql_cli("export", "syn", "syn.parquet", "--db", str(store_path), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert victim.read_text() == "precious"
+    assert (tmp_path / "syn.parquet").read_bytes()[:4] == b"PAR1"
+
+
+def test_a_report_folder_others_may_write_into_is_refused(tmp_path):
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    with pytest.raises(ConfigurationError, match="only you may write into"):
+        private_folder(loose)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    with pytest.raises(ConfigurationError, match="not a folder of yours"):
+        private_folder(link)
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    assert stat.S_IMODE(private_folder(mine).stat().st_mode) == 0o700
+    assert stat.S_IMODE(private_folder(tmp_path / "new" / "report").stat().st_mode) == 0o700

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.analysis.fidelity import D0, PSEUDOCOUNT, Z0, Evaluation, Fidelity
+from dpsql.files import private_folder, write_private
 
 METRICS = (("median_d", "median log discrepancy d"), ("mean_d", "mean d"),
            ("rms_d", "r.m.s. d"), ("median_z", "median |z|"), ("mean_z", "mean |z|"),
@@ -71,7 +73,7 @@ def scatter_figure(evaluation: Evaluation, path: Path) -> Path:
     points = _scatter_panel(axes[1], evaluation.ideal, "bootstrap resample (ideal)", norm)
     figure.colorbar(points, ax=axes, label="true count + 1 (cell size)", shrink=0.85)
     figure.suptitle(f"{evaluation.synthetic.d.size:,} cells of all 1-way and 2-way crosstabs")
-    figure.savefig(path, dpi=110)
+    _save(figure, path, 110)
     plt.close(figure)
     return path
 
@@ -102,7 +104,7 @@ def merit_figure(evaluation: Evaluation, path: Path) -> Path:
     ax.set_ylabel("|z|")
     ax.set_title(f"release {evaluation.name}: accuracy per crosstab cell", fontsize=10)
     figure.colorbar(points, ax=ax, label="true count + 1")
-    figure.savefig(path, dpi=110)
+    _save(figure, path, 110)
     plt.close(figure)
     return path
 
@@ -140,7 +142,7 @@ def columns_figure(evaluation: Evaluation, path: Path) -> Path:
             ax.legend(fontsize=8)
     for index in range(len(attributes), nrows * ncols):
         axes[index // ncols][index % ncols].axis("off")
-    figure.savefig(path, dpi=100)
+    _save(figure, path, 100)
     plt.close(figure)
     return path
 
@@ -151,10 +153,19 @@ def _image(path: Path, alt: str) -> str:
             f"<figcaption>{html.escape(alt)} ({html.escape(path.name)})</figcaption></figure>")
 
 
+def _save(figure: Any, path: Path, dpi: int) -> None:
+    """The figure as a PNG file only its owner may read (:func:`dpsql.files.write_private`)."""
+    png = io.BytesIO()
+    figure.savefig(png, dpi=dpi, format="png")
+    write_private(path, png.getvalue())
+
+
 def write_report(evaluation: Evaluation, directory: str | Path) -> dict[str, Path]:
-    """Write ``report.html`` and its PNG figures into ``directory``; returns their paths."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``report.html`` and its PNG figures into ``directory``; returns their paths.
+
+    Not DP: the folder and its files are the owner's only (:mod:`dpsql.files`).
+    """
+    out = private_folder(Path(directory))
     paths = {
         "scatter": scatter_figure(evaluation, out / "crosstab_scatter.png"),
         "merit": merit_figure(evaluation, out / "figure_of_merit.png"),
@@ -209,5 +220,5 @@ MODP, sec. 5). The bootstrap ideal is a resample of the real rows scored the sam
 </body></html>
 """
     paths["html"] = out / "report.html"
-    paths["html"].write_text(page, encoding="utf-8")
+    write_private(paths["html"], page)
     return paths
