@@ -495,6 +495,10 @@ class _Planner:
                 raise reject(self.text, f"{arg.upper()} " + (
                     "cannot be negative" if negative else "takes a whole number"), clause,
                     construct=arg.upper(), advice=f"write {arg.upper()} 10")
+            if number >= 2**63:  # as PostgreSQL: a BIGINT, so slicing the answer cannot fail
+                raise reject(self.text, f"{arg.upper()} {number} is out of range", clause,
+                             construct=arg.upper(), advice=f"write {arg.upper()} at most "
+                             "9223372036854775807 (or leave it out)")
             values.append(number)
         return values[0], values[1]
 

@@ -224,6 +224,22 @@ def test_post_processing_with_an_integer_no_bigint_holds_is_refused_before_its_c
     assert "write a decimal" in found
 
 
+@pytest.mark.parametrize(("clause", "answered"), [
+    ("LIMIT 9223372036854775807 OFFSET 9223372036854775807", True),
+    ("LIMIT 0 OFFSET 9223372036854775807", True),
+    ("LIMIT 99999999999999999999", False), ("LIMIT 9223372036854775808", False),
+    ("OFFSET 9223372036854775808", False)])
+def test_limit_and_offset_at_the_edges_are_answered_or_refused_before_the_charge(
+        sessions: dict[str, Session], clause: str, answered: bool) -> None:
+    """A red-team finding: LIMIT 99999999999999999999 was charged, then failed to slice."""
+    found = same_everywhere(sessions, f"SELECT s, COUNT(*) FROM t GROUP BY s {clause}")
+    if answered:
+        assert found == "answered"
+    else:
+        assert found.startswith(("refused: LIMIT", "refused: OFFSET"))
+        assert "is out of range" in found
+
+
 @pytest.mark.parametrize("construct", ["NULLIF(COUNT(*), 9223372036854775807)",
                                        "CASE WHEN COUNT(*) > 1 THEN 18446744073709551615 END",
                                        "CAST(COUNT(*) AS TINYINT)", "COUNT(*) % 127"])
