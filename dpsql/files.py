@@ -130,29 +130,56 @@ def check_private(path: Path, kind: str) -> None:
             "(dpsql makes a new one) or set XDG_RUNTIME_DIR")
 
 
-def runtime_dir() -> Path:
-    """The folder of this user's admin sockets (and other per-server files), made if absent.
+def runtime_dirs() -> list[Path]:
+    """The folders this user's runtime files may be in, in the order they are tried.
 
-    ``$XDG_RUNTIME_DIR/dpsql-<uid>`` when that is set (the session's private folder),
-    else ``<tmp>/dpsql-<uid>``. Anyone may create that name in a shared temporary
-    folder before us: when it exists and is not a folder of ours, the user's
-    ``~/.cache/dpsql-run`` is used instead, so a squatter blocks nothing. A
-    folder of ours whose mode others may use is refused (we did not make it so).
-    Server and clients apply the same rule, so they find the same folder.
+    ``$XDG_RUNTIME_DIR/dpsql-<uid>`` when that is set (the session's private
+    folder), else ``<tmp>/dpsql-<uid>`` and then ``~/.cache/dpsql-run``: anyone
+    may create a name in a shared temporary folder before us, so the second is
+    used when the first is not a folder of ours.
     """
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     name = f"dpsql-{os.getuid()}"
-    candidates = [Path(runtime) / name] if runtime else [
+    return [Path(runtime) / name] if runtime else [
         Path(tempfile.gettempdir()) / name, Path.home() / ".cache" / "dpsql-run"]
+
+
+def runtime_dir() -> Path:
+    """The first of :func:`runtime_dirs` that is (or, made now, becomes) a private folder of ours.
+
+    A squatter's folder (or link) is passed over, so it blocks nothing; a
+    folder of ours whose mode others may use is refused (we did not make it so).
+    """
+    candidates = runtime_dirs()
     for candidate in candidates:
         candidate.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):
             candidate.mkdir(mode=0o700)
-        info = os.lstat(candidate)
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
-            check_private(candidate, "directory")
+        if _ours(candidate):
             return candidate
-        log.warning("%s belongs to uid %d or is not a folder: another user made it; using "
-                    "the next private folder instead", candidate, info.st_uid)
     raise ConfigurationError(f"no private runtime folder: {', '.join(map(str, candidates))} "
                              "belong to other users; set XDG_RUNTIME_DIR to a folder of yours")
+
+
+def runtime_file(name: str) -> Path:
+    """Where the runtime file ``name`` is, or where a new one goes (:func:`runtime_dir`).
+
+    It is in the first folder of ours that holds it: a server and its clients
+    meet there even when the folders of ours changed between their starts (a
+    squatter's folder made, then removed).
+    """
+    for folder in runtime_dirs():
+        if os.path.lexists(folder) and _ours(folder) and os.path.lexists(folder / name):
+            return folder / name
+    return runtime_dir() / name
+
+
+def _ours(folder: Path) -> bool:
+    """Whether ``folder`` is a folder of ours (then it must be private), not a squatter's."""
+    info = os.lstat(folder)
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+        check_private(folder, "directory")
+        return True
+    log.warning("%s belongs to uid %d or is not a folder: another user made it; using the "
+                "next private folder instead", folder, info.st_uid)
+    return False

@@ -14,7 +14,7 @@ import pytest
 
 import dpsql
 from dpsql.errors import ConfigurationError
-from dpsql.files import private_folder, runtime_dir, write_private
+from dpsql.files import private_folder, runtime_dir, runtime_file, write_private
 
 from .conftest import ADULT_POLICY, ADULT_SAMPLE
 
@@ -211,3 +211,17 @@ def test_a_report_folder_others_may_write_into_is_refused(tmp_path):
     mine.mkdir(mode=0o755)
     assert stat.S_IMODE(private_folder(mine).stat().st_mode) == 0o700
     assert stat.S_IMODE(private_folder(tmp_path / "new" / "report").stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder of another uid needs root")
+def test_a_server_and_its_clients_meet_after_a_squat_is_removed(shared_tmp):
+    """A red-team finding: the server settled in ~/.cache/dpsql-run while /tmp was squatted;
+    once the squatter removed it, clients made /tmp/dpsql-<uid> and found no server there."""
+    squatted = shared_tmp / f"dpsql-{os.getuid()}"
+    squatted.mkdir(mode=0o777)
+    os.chown(squatted, 65534, 65534)
+    socket_file = runtime_file("server.sock")  # where the server listens
+    socket_file.touch()
+    squatted.rmdir()  # the squatter goes away
+    assert runtime_file("server.sock") == socket_file  # where a client looks
+    assert runtime_file("other.sock").parent == squatted  # a new server takes /tmp again

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from dpsql.errors import ConfigurationError, StoreError
-from dpsql.files import check_private, runtime_dir
+from dpsql.files import check_private, runtime_file
 
 log = logging.getLogger("dpsql.server.admin")
 
@@ -58,7 +58,7 @@ def socket_path(db: str | Path) -> Path | None:
         info = Path(db).expanduser().stat()
     except OSError:
         return None
-    return runtime_dir() / f"{info.st_dev:x}-{info.st_ino:x}.sock"
+    return runtime_file(f"{info.st_dev:x}-{info.st_ino:x}.sock")
 
 
 def peer_uid(sock: socket.socket) -> int:
