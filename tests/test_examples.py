@@ -27,6 +27,7 @@ def test_example_runs(script):
 
 
 @pytest.mark.slow
+@pytest.mark.ci  # every example runs in CI
 @pytest.mark.parametrize("script", [p for p in sorted(EXAMPLES.glob("*.py")) if p.name in SLOW],
                          ids=lambda p: p.name)
 def test_slow_example_runs(script):

@@ -244,5 +244,6 @@ def test_fuzz_partition_selection(zcdp_session: Session) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_fuzz_many(session: Session) -> None:
     run(session, 1500)()

@@ -196,6 +196,7 @@ def test_the_audit_bound_does_not_exceed_the_claim() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.ci  # guards the exponential mechanism's privacy claim
 def test_the_audit_bound_does_not_exceed_the_claim_thorough() -> None:
     assert _epsilon_lower_bound(400_000) <= 1.0
 

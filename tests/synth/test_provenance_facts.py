@@ -46,7 +46,8 @@ CASES = [
                               "laplace_iterations": "500"}, id="napsu_mq-laplace"),
     # 20 draws can leave a parameter constant: numpyro's ESS then divides by zero
     pytest.param("napsu_mq", NAPSU_NUTS, id="napsu_mq-nuts", marks=[
-        pytest.mark.slow, pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")]),
+        pytest.mark.slow, pytest.mark.ci,
+        pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")]),
     pytest.param("modp", {"mode": "dp", "blades": "1", "steps": "3"}, id="modp-dp"),
     pytest.param("mst", {"iters": "100"}, id="mst"),
     pytest.param("aim", {"rounds": "6", "iters": "100", "round_iters": "50"}, id="aim"),
