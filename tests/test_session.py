@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 
 import pytest
 
 import dpsql
 from dpsql.errors import AccessDenied, ConfigurationError, QueryCanceled
+from dpsql.ledger import Ledger
 
-from .conftest import ADULT_POLICY, SLOW_DP, SLOW_FREE, slow_store
+from .conftest import ADULT_POLICY, ENDLESS_FREE, SLOW_DP, slow_store
 
 
 def test_unknown_user_is_denied(store_path):
@@ -71,19 +72,47 @@ def test_policy_comes_from_the_store(store_path, tmp_path):
         assert bob.budget()[0].granted == bob.cost(epsilon="0.5")
 
 
-@pytest.mark.timeout(120)  # without interrupts, the queries run for minutes
-def test_interrupt_stops_free_and_dp_queries_and_the_charge_stands(tmp_path):
+@pytest.mark.timeout(120)  # only an interrupt ends ENDLESS_FREE: a hang guard
+def test_interrupt_stops_free_and_dp_queries_and_the_charge_stands(tmp_path, monkeypatch):
     with dpsql.connect(slow_store(tmp_path / "slow.duckdb"), "alice") as alice:
         alice.interrupt()  # no statement runs: nothing to stop, and the next one runs
         assert alice.sql("SELECT count(*) FROM released.r").table.num_rows == 1
-        for text, cost in ((SLOW_FREE, 0), (SLOW_DP, 0.1)):
+        # The interrupt comes once the statement's query runs: for the DP query, its
+        # measurement after the charge (DuckDB also runs small queries before the charge).
+        charged, measuring = threading.Event(), threading.Event()
+        charge, running = Ledger.charge, alice.interrupts.running
+
+        def charging(self, *args, **kwargs):
+            made = charge(self, *args, **kwargs)
+            charged.set()
+            return made
+
+        @contextlib.contextmanager
+        def watched(cursor):
+            with running(cursor):
+                if charged.is_set():
+                    measuring.set()
+                yield
+
+        monkeypatch.setattr(Ledger, "charge", charging)
+        monkeypatch.setattr(alice.interrupts, "running", watched)
+        for text, cost in ((ENDLESS_FREE, 0), (SLOW_DP, 0.1)):
             before = alice.budget()[0].spent.epsilon()
-            timer = threading.Timer(0.3, alice.interrupt)
-            timer.start()
-            started = time.monotonic()
+            measuring.clear()
+            if cost:
+                charged.clear()
+            else:
+                charged.set()  # a free query has no charge: its first query is the one
+            interrupter = threading.Thread(target=lambda: measuring.wait() and alice.interrupt(),
+                                           daemon=True)
+            interrupter.start()
             with pytest.raises(QueryCanceled) as caught:
-                alice.sql(text)
+                alice.sql(text)  # SLOW_DP would end in seconds, ENDLESS_FREE never
+            interrupter.join()
             assert str(caught.value) == ("canceling statement due to statement timeout or user "
                                          "request")
-            assert time.monotonic() - started < 1.5
             assert alice.budget()[0].spent.epsilon() == pytest.approx(before + cost)
+        # The DP request was stopped, not answered: it never reached its answer's settle.
+        last = alice.audit(last=1)[0]
+        assert (last["action"], last["outcome"], last["reason"]) == (
+            "query", "failed", str(caught.value))

@@ -210,5 +210,25 @@ def test_a_blank_screenshot_is_caught(tmp_path: Path, colour: int) -> None:
 
 
 def _shot(driver: Any, path: Path) -> Path:
+    drawn(driver)
     assert driver.save_screenshot(str(path))
     return path
+
+
+def drawn(driver: Any, timeout: float = 60) -> None:
+    """Wait until the page has loaded, shows its heading, and a frame of it was painted.
+
+    ``get`` returns at the load event, which on a busy machine can come before the
+    first paint: once the heading is visible, two animation frames later one with it
+    has been drawn.
+    """
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(driver, timeout)
+    wait.until(lambda d: d.execute_script("return document.readyState") == "complete")
+    wait.until(expected_conditions.visibility_of_element_located((By.TAG_NAME, "h1")))
+    driver.set_script_timeout(timeout)
+    driver.execute_async_script("const done = arguments[arguments.length - 1];"
+                                "requestAnimationFrame(() => requestAnimationFrame(() => done()));")

@@ -39,8 +39,12 @@ def exported_folder(session, job_id) -> Path:
     return Path(folder)
 
 
-def gone(pid: int, within: float = 10.0) -> bool:
-    """Whether process ``pid`` has ended (a zombie counts as ended) within ``within`` s."""
+def gone(pid: int, within: float = 60.0) -> bool:
+    """Whether process ``pid`` ends (a zombie counts as ended).
+
+    ``within`` seconds only guard against a hang: the processes tested would otherwise
+    run for several times as long (a slow fit, an idle worker).
+    """
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
@@ -92,11 +96,11 @@ def test_a_refused_request_raises_at_submit_and_leaves_no_job(admin_session):
 def test_cancel_mid_fit_keeps_the_charge_and_writes_nothing(admin_session):
     before = spent(admin_session)
     job = admin_session.submit(ReleaseRequest("adult", "slow", "never", epsilon=1,
-                                              options={"seconds": 120}))
+                                              options={"seconds": 600}))
     until(lambda: job_row(admin_session, job)["stage"] == "wait")
     pid = job_row(admin_session, job)["worker_pid"]
     admin_session.jobs().cancel(job, "admin")
-    assert gone(pid, within=5)
+    assert gone(pid)  # the cancel ended it: its fit would last 10 minutes
     with pytest.raises(ReleaseError, match=r"was cancelled by admin; the charge of .* stays"):
         admin_session.jobs().wait(job)
     assert spent(admin_session) == before + admin_session.cost(epsilon=1)

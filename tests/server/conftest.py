@@ -11,10 +11,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import dpsql
@@ -100,6 +101,33 @@ class ServerProcess:
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONUNBUFFERED": "1"}
+
+
+@contextlib.contextmanager
+def cancelling(conn: psycopg.Connection, ready: Callable[[], bool] = lambda: True
+               ) -> Iterator[None]:
+    """Cancel ``conn``'s statement once ``ready()``, and again every 0.1 s until the block ends.
+
+    A cancel that arrives before the statement starts is dropped when it starts (as in
+    PostgreSQL), hence the repeats; the thread is joined before the block ends, so no
+    cancel reaches a later statement.
+    """
+    done = threading.Event()
+
+    def cancel() -> None:
+        while not done.is_set() and not ready():
+            done.wait(0.05)
+        while not done.is_set():
+            conn.cancel()
+            done.wait(0.1)
+
+    canceller = threading.Thread(target=cancel, daemon=True)
+    canceller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        canceller.join()
 
 
 @contextlib.contextmanager

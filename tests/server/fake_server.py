@@ -2,7 +2,8 @@
 
 Run as a script: ``python fake_server.py STORE``. Statements the router sends to the
 session get a fixed behaviour chosen by keywords in their text (see ``answer``):
-errors of each class, slow statements, typed results, echoes of bound parameters.
+errors of each class, slow statements, statements blocked until another connection
+unblocks them, typed results, echoes of bound parameters.
 Catalog queries, client parameters and transactions are the real router's.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
@@ -51,6 +53,18 @@ def typed_table() -> pa.Table:
     })
 
 
+#: ``block NAME`` waits until a statement ``unblock NAME`` (from another connection), or
+#: this many seconds: only a guard against a test that fails before it unblocks.
+BLOCK_GUARD_S = 120
+_gates: dict[str, threading.Event] = {}
+_gates_lock = threading.Lock()
+
+
+def _gate(low: str, word: str) -> threading.Event:
+    with _gates_lock:
+        return _gates.setdefault(low.split(word)[1].split()[0], threading.Event())
+
+
 def answer(text: str) -> FakeAnswer:
     low = text.lower()
     for name, cls in ERRORS.items():
@@ -60,6 +74,10 @@ def answer(text: str) -> FakeAnswer:
         raise RuntimeError("private value 4242 must not reach the client")
     if "sleep" in low:
         time.sleep(float(low.split("sleep")[1].split()[0]))
+    if "unblock" in low:
+        _gate(low, "unblock").set()
+    elif "block" in low:
+        _gate(low, "block").wait(BLOCK_GUARD_S)
     if low.startswith("set dpsql."):
         return FakeAnswer(pa.table({}), "SET")
     if "echo" in low:

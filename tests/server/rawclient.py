@@ -109,14 +109,19 @@ class RawClient:
         self.close()
 
     def closed(self) -> bool:
-        """Whether the server has closed the socket (after reading what is left)."""
+        """Whether the server closes the socket (after reading what is left).
+
+        False when nothing came for the socket's timeout: the server kept it open.
+        """
         try:
             while True:
                 chunk = self.sock.recv(65536)
                 if not chunk:
                     return True
-        except (ConnectionError, TimeoutError):
+        except ConnectionError:
             return True
+        except TimeoutError:
+            return False
 
     def login(self, user: str, password: str) -> list[Message]:
         """Startup and SCRAM-SHA-256; returns the messages up to the first ReadyForQuery
