@@ -146,7 +146,12 @@ def test_the_measured_noise_has_the_accounted_scale(tmp_path: Path, name) -> Non
 @pytest.mark.slow
 def test_aim_beats_independent_on_the_adult_sample(tmp_path: Path) -> None:
     # 5,000 Adult rows, 5 binned columns, epsilon 1: the mean TVD over all 2-way marginals.
-    # Measured: aim about 0.015, mst 0.03, independent 0.07 (seeded; the gap is 4x).
+    # The noise comes from the secure sampler, so the errors differ from run to run.
+    # Measured over 40 runs of this code (generator seeds 100-139): aim 0.0189 (sd 0.0023,
+    # 0.014 to 0.024), independent 0.0689 (sd 0.0016), independent / aim 3.7 (2.8 to 5.0).
+    # log(independent / aim) fits a normal (Shapiro-Wilk p = 0.98; mean 1.304, sd 0.126):
+    # a ratio under 2 has probability 7e-7 (z = 4.8), or 2e-4 with the sd at the upper
+    # end of its 99% confidence interval (0.170). (mst scored about 0.03 in an earlier run.)
     store = build_binned_adult(tmp_path)
     dataset = store.active_policy().datasets["adult"]
     domain = Domain.from_dataset(dataset)
@@ -161,7 +166,7 @@ def test_aim_beats_independent_on_the_adult_sample(tmp_path: Path) -> None:
         codes = np.stack([sample.column(n).to_numpy() for n in domain.names], axis=1)
         errors[name] = score(true, codes, domain.shape).summary()["workload_error"]
     store.close()
-    assert errors["aim"] < errors["independent"], errors
+    assert errors["independent"] > 2 * errors["aim"], errors  # measured: 3.7 times
 
 
 def test_repeated_measurements_of_a_clique_fit_as_their_precision_weighted_mean(
