@@ -111,6 +111,22 @@ class QueryCanceled(DPSQLError):
         super().__init__("canceling statement due to statement timeout or user request")
 
 
+class OutOfMemory(DPSQLError):
+    """A free or catalog query needs more memory than its sandbox process may use.
+
+    Its message is fixed (the limit is configuration, never data); the server and
+    every other session go on (:mod:`dpsql.sandbox`).
+    """
+
+    code = "out_of_memory"
+    sqlstate = "53200"  # out_of_memory
+    exit_code = 11
+
+    def __init__(self, message: str = "the query needs more memory than free queries may use; "
+                 "ask for less: fewer rows, shorter strings or an aggregate") -> None:
+        super().__init__(message)
+
+
 class AddressInUse(DPSQLError):
     """``dpsql serve`` cannot listen: another program holds the address and port."""
 
@@ -134,6 +150,7 @@ __all__ = [
     "ConfigurationError",
     "DPSQLError",
     "InternalError",
+    "OutOfMemory",
     "PolicyError",
     "QueryCanceled",
     "QueryRejected",

@@ -103,13 +103,18 @@ def url_file(port: int, url: str) -> Path:
                                  "DPSQL_CONSOLE_PREFIX; default: a random one).")
 @click.option("--console-prefix", hidden=True, expose_value=False,
               callback=_prefix_on_command_line)
+@click.option("--free-query-memory", default=None, metavar="SIZE",
+              help="The most memory one free or catalog query may use: the address-space "
+                   "limit of the process it runs in, as 512MiB or 4GiB (default: an eighth of "
+                   "the machine's memory; at most 4 run at once).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
               default="info", show_default=True, help="Server log verbosity (stderr).")
 def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
               allow_plaintext: bool, max_clients: int, max_pending_logins: int,
               max_pending_logins_per_address: int, login_timeout: float,
               statement_timeout: float, max_message_size: int, workers: int, console: bool,
-              console_port: int, console_prefix_file: Path | None, log_level: str) -> None:
+              console_port: int, console_prefix_file: Path | None, free_query_memory: str | None,
+              log_level: str) -> None:
     """Serve the store to PostgreSQL clients (psql, DBeaver, psycopg, pandas).
 
     Analysts log in with SCRAM-SHA-256 passwords set by `dpsql user add`; each
@@ -128,6 +133,7 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
       dpsql serve --db adult.duckdb --port 5433
       psql "host=127.0.0.1 port=5433 user=alice dbname=adult"
     """  # noqa: D301 (click needs a real \b)
+    from dpsql.sandbox import parse_size
     from dpsql.server.server import Server, ServerConfig, run
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
@@ -138,7 +144,9 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
                           login_timeout=login_timeout, statement_timeout=statement_timeout,
                           max_message=max_message_size, workers=workers,
                           console_port=console_port if console else None,
-                          console_prefix=console_prefix(console_prefix_file) if console else None)
+                          console_prefix=console_prefix(console_prefix_file) if console else None,
+                          free_query_memory=None if free_query_memory is None
+                          else parse_size(free_query_memory))
     written: list[Path] = []
 
     def ready(server: Server) -> None:

@@ -281,11 +281,11 @@ def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
 def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
     """A free query: validated, then run on the isolated database (:mod:`dpsql.query.free`)."""
     store = call.ctx.store
-    with store.state(FreeDatabase).cursor(store) as (cursor, names):
-        check_released(ast, text, set(names))
-        try:
-            with call.ctx.interrupts.running(cursor):
-                table = cursor.sql(ast.sql(dialect="duckdb")).to_arrow_table()
+    with store.state(FreeDatabase).using(store) as copy:
+        check_released(ast, text, set(copy.names))
+        try:  # in a sandbox process: OutOfMemory and QueryCanceled pass through
+            table = copy.run(ast.sql(dialect="duckdb"), user=call.user,
+                             interrupts=call.ctx.interrupts)
         except duckdb.Error as err:
             # The isolated database holds DP output only, so its message may be shown.
             raise QueryRejected("the query on released tables failed: "

@@ -2,25 +2,31 @@
 
 Queries over ``released.*`` tables, and queries that read no table at all, are
 post-processing of DP output and cost nothing. They never run on the store's
-connection. They run on a separate DuckDB instance, a read-only file in a
-private temporary folder. It holds copies of the released tables, the
-policy's public tables (``public_tables.<name>``) and the public ``udfs``
-macros. It has no sensitive table, no ``dpsql.*`` table, no secret and no
-credential. Whatever DuckDB function an analyst reaches there,
-today's or a future one, there is no private data for it to read. The
+connection, nor in the process that holds it. They run on a separate DuckDB
+instance, a read-only file in a private temporary folder, opened by a sandbox
+process (:mod:`dpsql.sandbox`: a fresh interpreter with a hard address-space
+limit). It holds copies of the released tables, the policy's public tables
+(``public_tables.<name>``) and the public ``udfs`` macros. It has no sensitive
+table, no ``dpsql.*`` table, no secret and no credential. Whatever DuckDB
+function an analyst reaches there, today's or a future one, there is no
+private data for it to read, and whatever memory it takes is the sandbox's: a
+query that needs more fails with OutOfMemory, and the server goes on. The
 validation in :mod:`dpsql.query.released` stays as a second layer.
 
-The copy is made by dpsql's own fixed SQL on the store, in one snapshot. It
-is rebuilt when the released tables change: a release, ``release-more`` or a
-replacement. Each free query first compares a signature of the store's
-released tables with the copy's. A release commits its table and provenance
-in one transaction on the store, so the copy shows a release whole or not at
-all.
+The copy is made by dpsql's own fixed SQL on the store, in one snapshot, and
+written by this process. It is rebuilt when the released tables change: a
+release, ``release-more`` or a replacement. Each free query first compares a
+signature of the store's released tables with the copy's. A release commits its
+table and provenance in one transaction on the store, so the copy shows a
+release whole or not at all. A new copy is a new file: sandboxes open it on
+their next query, and an old file is removed once no query that chose it is
+still on its way to a sandbox (one that opened it keeps reading it).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -29,20 +35,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from dpsql.domain import quote
+from dpsql.interrupt import Interrupter
 from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.released import free_name
+from dpsql.sandbox import Database, Sandboxes, mib
+from dpsql.sandboxed import open_file
 from dpsql.store import HARDENED_CONFIG, Store, install_udfs
 
 SCHEMA = "released"
 
-#: On top of the store's hardening: no Python object can be scanned by name, so
-#: no variable of a calling frame is reachable from analyst SQL; and a free query
-#: that tries to use the whole machine (a many-way self-join) hits a memory and
-#: spill limit instead (the server's statement timeout bounds its time).
+
 def _quarter_of_memory() -> str:
     """A quarter of the machine's memory, as DuckDB reads a size (it takes no percentage)."""
     try:
@@ -52,6 +60,11 @@ def _quarter_of_memory() -> str:
     return f"{max(total // 4 // 2**20, 256)}MiB"
 
 
+#: On top of the store's hardening: no Python object can be scanned by name, so
+#: no variable of a calling frame is reachable from analyst SQL; and a query that
+#: tries to use the whole machine (a many-way self-join) hits a memory and spill
+#: limit instead. In a sandbox, ``memory_limit`` is half its address-space limit
+#: (:func:`_sandbox_config`): DuckDB does not count everything against it.
 FREE_CONFIG = {**HARDENED_CONFIG, "python_enable_replacements": False,
                "memory_limit": _quarter_of_memory(), "max_temp_directory_size": "4GB"}
 
@@ -65,15 +78,44 @@ _SIGNATURE = (
     "WHERE t.database_name = current_database() "
     f"AND t.schema_name IN ('{SCHEMA}', '{PUBLIC_SCHEMA}') "
     "ORDER BY t.schema_name, t.table_name")
+_KEYS = itertools.count(1)
+
+
+def _sandbox_config(sandboxes: Sandboxes) -> dict[str, Any]:
+    """The copy's configuration in a sandbox: spills go to the sandbox's own folder."""
+    return {**FREE_CONFIG, "memory_limit": mib(sandboxes.memory // 2), "temp_directory": "spill"}
+
+
+@dataclass
+class _Copy:
+    """One built copy: its file, the signature it was built from, and the queries using it."""
+
+    version: int
+    path: Path
+    signature: tuple[tuple[object, ...], ...]
+    names: frozenset[str]
+    users: int = 0
 
 
 @dataclass(frozen=True)
-class _Copy:
-    """One built copy: its read-only connection and the signature it was built from."""
+class FreeCopy:
+    """The copy a free query runs on: the table names it holds (free_name), and :meth:`run`."""
 
-    signature: tuple[tuple[object, ...], ...]
-    connection: duckdb.DuckDBPyConnection
     names: frozenset[str]
+    version: int
+    path: Path
+    key: str
+    sandboxes: Sandboxes
+
+    def run(self, sql: str, *, user: str, interrupts: Interrupter | None = None) -> pa.Table:
+        """``sql``'s answer on this copy, in a sandbox.
+
+        Raises the ``duckdb.Error`` the query raised, OutOfMemory, or
+        QueryCanceled (an interrupt through ``interrupts``).
+        """
+        database = Database(self.key, self.version, open_file,
+                            (str(self.path), _sandbox_config(self.sandboxes)))
+        return self.sandboxes.run(database, sql, user=user, interrupts=interrupts)
 
 
 class FreeDatabase:
@@ -87,31 +129,34 @@ class FreeDatabase:
         self._folder = Path(tempfile.mkdtemp(prefix="dpsql-free-"))
         self._copy: _Copy | None = None
         self._builds = 0
+        self._key = f"free-{next(_KEYS)}"
 
     @contextmanager
-    def cursor(self, store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, frozenset[str]]]:
-        """A cursor on the copy matching ``store`` now, and the table names it holds (free_name)."""
+    def using(self, store: Store) -> Iterator[FreeCopy]:
+        """The copy matching ``store`` now; its file stays while the block runs."""
         copy = self._current(store)
-        cursor = copy.connection.cursor()
         try:
-            yield cursor, copy.names
+            yield FreeCopy(copy.names, copy.version, copy.path, self._key,
+                           store.state(Sandboxes))
         finally:
-            cursor.close()
+            with self._lock:
+                copy.users -= 1
+                if copy is not self._copy and copy.users == 0:
+                    _remove(copy)
 
     def _current(self, store: Store) -> _Copy:
         with self._lock, _snapshot(store) as source:
             signature = tuple(tuple(row) for row in source.execute(_SIGNATURE).fetchall())
             if self._copy is None or self._copy.signature != signature:
-                self._copy = self._build(source, signature)
+                old, self._copy = self._copy, self._build(source, signature)
+                if old is not None and old.users == 0:
+                    _remove(old)
+            self._copy.users += 1
             return self._copy
 
     def _build(self, source: duckdb.DuckDBPyConnection,
                signature: tuple[tuple[object, ...], ...]) -> _Copy:
-        """Write the released tables of ``source`` into a new file, then open it read-only.
-
-        An older copy stays open for the queries still running on it; its file
-        is removed now (the open instance keeps reading the unlinked file).
-        """
+        """Write the released and public tables of ``source`` into a new file."""
         self._builds += 1
         path = self._folder / f"free-{self._builds}.duckdb"
         tables = [(str(row[0]), str(row[1])) for row in signature]
@@ -128,27 +173,21 @@ class FreeDatabase:
                 writer.unregister("_dpsql_copy")
         finally:
             writer.close()
-        connection = duckdb.connect(str(path), read_only=True, config=dict(FREE_CONFIG))
-        if self._copy is not None:
-            self._forget(self._copy)
-        return _Copy(signature, connection, frozenset(free_name(schema, name)
-                                                      for schema, name in tables))
-
-    def _forget(self, copy: _Copy) -> None:
-        with contextlib.suppress(duckdb.Error):
-            copy.connection.close()  # running cursors keep their instance alive
-        for stale in self._folder.glob("free-*.duckdb*"):
-            if stale.name != f"free-{self._builds}.duckdb":
-                stale.unlink(missing_ok=True)
+        return _Copy(self._builds, path, signature,
+                     frozenset(free_name(schema, name) for schema, name in tables))
 
     def close(self) -> None:
-        """Close the copy and remove its folder."""
+        """Forget the copy and remove its folder (the store closes its sandboxes)."""
         with self._lock:
-            if self._copy is not None:
-                with contextlib.suppress(duckdb.Error):
-                    self._copy.connection.close()
-                self._copy = None
+            self._copy = None
             shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _remove(copy: _Copy) -> None:
+    """Remove an old copy's files (a sandbox that opened it keeps reading it)."""
+    for stale in copy.path.parent.glob(f"{copy.path.name}*"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
 
 
 @contextmanager

@@ -7,20 +7,35 @@ synthetic tables appear in schema ``released`` with their columns and a
 comment naming their provenance. No row, row count, size, statistic or
 histogram of a private table is ever read into it, so whatever SQL runs
 against it cannot reveal a private value.
+
+Clients' catalog queries are analyst SQL: they run in a sandbox process with a
+hard memory limit (:mod:`dpsql.sandbox`), never in the server's. The server
+writes the catalog database (dpsql's own SQL: :func:`pgcatalog.build_shared`
+over :func:`relations`) to a file in a private folder when the store changes;
+sandboxes open it read-only on their next catalog query, and keep a cursor per
+client connection holding that connection's own rows in temporary tables (user,
+settings, open cursors), written again only when they change.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
-from dpsql.errors import QueryCanceled
+from dpsql.errors import OutOfMemory, QueryCanceled
 from dpsql.interrupt import Interrupter
 from dpsql.policy import Dataset
+from dpsql.sandbox import Database, Sandboxes, Setup
+from dpsql.sandboxed import open_file
 from dpsql.server import pgcatalog, rewrite
 from dpsql.server.pgcatalog import Client, Relation
 from dpsql.store import HARDENED_CONFIG, Store
@@ -28,6 +43,7 @@ from dpsql.store import HARDENED_CONFIG, Store
 REFRESH_SECONDS = 1.0
 CATALOG_LIMITS: dict[str, str | int] = {"memory_limit": "256MB", "threads": 1,
                                         "max_temp_directory_size": "0B"}
+_KEYS = itertools.count(1)  # names catalogs and connections in the sandboxes
 
 
 def relations(store: Store) -> tuple[Relation, ...]:
@@ -88,21 +104,25 @@ def _signature(store: Store) -> tuple[object, ...]:
 @dataclass
 class _Built:
     signature: tuple[object, ...]
-    database: duckdb.DuckDBPyConnection
+    database: Database  # how a sandbox builds it
     names: frozenset[str]
 
 
 class CatalogSource:
-    """The shared catalog database of one server, rebuilt when the store changes."""
+    """The shared catalog of one server, rebuilt when the store changes."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.sandboxes = store.state(Sandboxes)
         self._lock = threading.Lock()
         self._built: _Built | None = None
         self._checked = 0.0
+        self._key = f"catalog-{next(_KEYS)}"
+        self._versions = itertools.count(1)
+        self._folder = Path(tempfile.mkdtemp(prefix="dpsql-catalog-"))
 
     def current(self) -> _Built:
-        """The catalog database matching the store now (checked at most once a second)."""
+        """The catalog matching the store now (checked at most once a second)."""
         with self._lock:
             built = self._built
             stamp = time.monotonic()
@@ -114,72 +134,64 @@ class CatalogSource:
                 return built
             shown = relations(self.store)
             # The catalog is tiny: a client query that tries to use the whole machine
-            # (a huge generate_series, say) hits these limits or the statement timeout.
-            database = duckdb.connect(":memory:", config={**HARDENED_CONFIG, **CATALOG_LIMITS})
-            pgcatalog.build_shared(database, shown)
-            self._built = _Built(signature, database,
-                                 frozenset(r.name.lower() for r in shown))
+            # (a huge generate_series, say) hits these limits, the sandbox's memory
+            # limit or the statement timeout.
+            config = {**HARDENED_CONFIG, **CATALOG_LIMITS}
+            version = next(self._versions)
+            path = self._folder / f"catalog-{version}.duckdb"
+            writer = duckdb.connect(str(path), config=config)
+            try:
+                pgcatalog.build_shared(writer, shown)
+            finally:
+                writer.close()
+            for old in self._folder.glob("catalog-*.duckdb*"):  # the one before may be in use
+                if int(old.name.split("-")[1].split(".")[0]) < version - 1:
+                    with contextlib.suppress(OSError):
+                        old.unlink()
+            database = Database(self._key, version, open_file, (str(path), config))
+            self._built = _Built(signature, database, frozenset(r.name.lower() for r in shown))
             return self._built
 
     def user_relations(self) -> frozenset[str]:
         """Names of datasets and released tables (these are never catalog relations)."""
         return self.current().names
 
+    def sql(self, text: str) -> pa.Table:
+        """Run dpsql's own ``text`` on the shared catalog, in a sandbox (no client rows)."""
+        return self.sandboxes.run(self.current().database, text, user="")
+
     def close(self) -> None:
-        """Close the catalog database."""
+        """Forget the catalog and remove its files (the store closes the sandboxes)."""
         with self._lock:
-            if self._built is not None:
-                self._built.database.close()
-                self._built = None
+            self._built = None
+            shutil.rmtree(self._folder, ignore_errors=True)
 
 
 @dataclass
 class ConnectionCatalog:
-    """One client connection's cursor on the shared catalog, with its own client rows."""
+    """One client connection's view of the shared catalog, with its own client rows."""
 
     source: CatalogSource
     client: Client
     interrupts: Interrupter = field(default_factory=Interrupter)  # its session's
-    _cursor: duckdb.DuckDBPyConnection | None = None
-    _built: _Built | None = None
-    _settings: dict[str, str] = field(default_factory=dict)
-    _cursors: tuple[tuple[str, bool], ...] = ()
-
-    def _ready(self, ctx: rewrite.Context) -> duckdb.DuckDBPyConnection:
-        built = self.source.current()
-        if self._cursor is None or self._built is not built:
-            if self._cursor is not None:
-                self._cursor.close()
-            self._cursor = built.database.cursor()
-            self._built = built
-            pgcatalog.attach_client(self._cursor, self.client)
-            self._settings = dict(self.client.settings)
-            self._cursors = ()
-        if dict(ctx.settings) != self._settings:
-            pgcatalog.set_settings(self._cursor, ctx.settings)
-            self._settings = dict(ctx.settings)
-        if ctx.cursors != self._cursors:
-            pgcatalog.set_cursors(self._cursor, ctx.cursors)
-            self._cursors = ctx.cursors
-        return self._cursor
+    _key: int = field(default_factory=lambda: next(_KEYS))
 
     def run(self, tree: rewrite.exp.Expr, ctx: rewrite.Context) -> pa.Table:
         """Answer a catalog query (raises CatalogQueryError for what the catalog lacks)."""
         sql = rewrite.rewrite(tree, ctx)
-        cursor = self._ready(ctx)
+        setup = Setup(self._key, pgcatalog.prepare_client,
+                      (self.client, dict(ctx.settings), tuple(ctx.cursors)))
         try:
-            with self.interrupts.running(cursor):
-                return cursor.sql(sql).to_arrow_table()
-        except QueryCanceled as err:
+            return self.source.sandboxes.run(self.source.current().database, sql,
+                                             user=self.client.user, setup=setup,
+                                             interrupts=self.interrupts)
+        except (QueryCanceled, OutOfMemory) as err:
             raise rewrite.CatalogQueryError(err.sqlstate, str(err)) from err
         except duckdb.Error as err:
             raise _catalog_error(err) from err
 
     def close(self) -> None:
-        """Close this connection's cursor."""
-        if self._cursor is not None:
-            self._cursor.close()
-            self._cursor = None
+        """Nothing to release: a sandbox drops the least recently used connections' cursors."""
 
 
 def _catalog_error(err: duckdb.Error) -> rewrite.CatalogQueryError:

@@ -1,12 +1,13 @@
 """The emulated ``pg_catalog`` and ``information_schema``: tables, rows and functions.
 
 SQL clients learn what exists by querying PostgreSQL's system catalogs. dpsql
-answers those queries from a small in-memory DuckDB database built here (once
-per change of the store, shared by connections, each adding its own client
-rows) from a sanitized description of the store (see
-:mod:`dpsql.server.catalog`): schemas, table names, column names and types, and
-comments. It never holds a row, a row count, a size or a statistic of a
-private table: ``reltuples`` is -1 (unknown) and size functions return NULL.
+answers those queries from a small DuckDB database built here (once per change
+of the store, shared by connections, each adding its own client rows; the
+queries run in a sandbox process, :mod:`dpsql.sandbox`) from a sanitized
+description of the store (see :mod:`dpsql.server.catalog`): schemas, table
+names, column names and types, and comments. It never holds a row, a row
+count, a size or a statistic of a private table: ``reltuples`` is -1 (unknown)
+and size functions return NULL.
 
 Tables live in schema ``pgc`` (pg_catalog) and views in ``pgis``
 (information_schema); :mod:`dpsql.server.rewrite` points client queries there.
@@ -291,6 +292,24 @@ def build_shared(con: duckdb.DuckDBPyConnection, relations: Sequence[Relation]) 
         con.execute(f"CREATE VIEW pgis.{name} AS {body}")
     _fill_static(con)
     _fill_relations(con, relations)
+
+
+def prepare_client(cur: duckdb.DuckDBPyConnection, state: dict[str, object], client: Client,
+                   settings: Mapping[str, str], cursors: tuple[tuple[str, bool], ...]) -> None:
+    """(In a sandbox.) Make a connection's kept cursor show its client, settings and cursors.
+
+    ``state`` is what was set on ``cur`` before (empty for a new cursor): only
+    what changed is written again.
+    """
+    if not state:
+        attach_client(cur, client)
+        state.update(settings=dict(client.settings), cursors=())
+    if state["settings"] != dict(settings):
+        set_settings(cur, settings)
+        state["settings"] = dict(settings)
+    if state["cursors"] != cursors:
+        set_cursors(cur, cursors)
+        state["cursors"] = cursors
 
 
 def attach_client(cur: duckdb.DuckDBPyConnection, client: Client) -> None:

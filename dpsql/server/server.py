@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
 from dpsql.jobs import jobs
+from dpsql.sandbox import Sandboxes
 from dpsql.server import procedure
 from dpsql.server.admin import AdminChannel
 from dpsql.server.auth import LoginBackoff, LoginSlots
@@ -63,6 +64,7 @@ class ServerConfig:
     login_failures_free_per_host: int = 50  # then failures from the address are held
     console_port: int | None = None  # the admins' web console on 127.0.0.1 (None: off)
     console_prefix: str | None = None  # its secret path prefix (None: a random one)
+    free_query_memory: int | None = None  # bytes a free or catalog query's sandbox may map
 
 
 def _default_handler(session: Session) -> StatementHandler:
@@ -88,6 +90,14 @@ class Server:
                                            thread_name_prefix="dpsql-serve")
         self.tls_context = _tls_context(config)
         self.store: Store = Store.open(config.db)
+        sandboxes = self.store.state(Sandboxes)  # free and catalog queries run there
+        if config.free_query_memory is not None:
+            try:
+                sandboxes.configure(config.free_query_memory)
+            except ConfigurationError:
+                self.store.close()
+                raise
+        sandboxes.warm()
         self.admin = AdminChannel(config.db)
         self.catalog = CatalogSource(self.store)
         self._connections: dict[int, Connection] = {}

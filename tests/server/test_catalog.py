@@ -32,17 +32,20 @@ def test_relations_show_visible_columns_and_releases_only(server_store: Path):
 def test_the_catalog_database_holds_no_private_value(server_store: Path):
     with Store.open(server_store) as store:
         source = CatalogSource(store)
-        database = source.current().database
-        tables = database.execute("SELECT schema_name, table_name, estimated_size FROM "
-                                  "duckdb_tables()").fetchall()
+
+        def rows(sql: str) -> list[tuple[object, ...]]:
+            table = source.sql(sql)  # in the sandbox, on the shared catalog
+            return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
+
+        tables = rows("SELECT schema_name, table_name, estimated_size FROM duckdb_tables()")
         # Only catalog relations exist; none is named after or sized like the private table.
         assert {schema for schema, _, _ in tables} <= {"pgc", "pgis", "main"}
         assert not [t for t in tables if t[1] in ("adult", "adult_syn")]
-        stats = database.execute("SELECT DISTINCT reltuples, relpages FROM pgc.pg_class").fetchall()
+        stats = rows("SELECT DISTINCT reltuples, relpages FROM pgc.pg_class")
         assert stats == [(-1.0, 0)]
-        text = " ".join(str(v) for row in database.execute(
+        text = " ".join(str(v) for row in rows(
             "SELECT * FROM pgc.pg_attribute a JOIN pgc.pg_class c ON c.oid = a.attrelid "
-            "WHERE c.relname = 'adult'").fetchall() for v in row)
+            "WHERE c.relname = 'adult'") for v in row)
         assert "fnlwgt" not in text
         source.close()
 
