@@ -5,7 +5,8 @@ requests (pickled by its owner, whom it trusts) and answers with bytes: ``R``
 then an Arrow IPC stream, or ``E`` and JSON (the error's kind and DuckDB's
 message). One query runs at a time, on a thread of its own; the main thread
 reads the pipe, so that an interrupt reaches the running query, and ends the
-process when the pipe closes (the owner closed it, or died).
+process when the pipe closes (the owner closed it, or died), after removing
+its own folder.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -44,7 +47,15 @@ def serve(conn: Connection) -> None:
             elif message[0] == "interrupt":
                 host.interrupt(message[1])
     except BaseException:  # EOF: the owner closed the pipe or died; anything else: unusable
+        _remove_own_folder()
         os._exit(0)
+
+
+def _remove_own_folder() -> None:
+    """Remove this sandbox's folder (its spill files too): an owner that died cannot."""
+    here = Path.cwd()
+    if here.name.startswith("sandbox-") and here.parent.name.startswith("dpsql-sandbox-"):
+        shutil.rmtree(here, ignore_errors=True)
 
 
 class _Host:

@@ -203,8 +203,7 @@ def test_the_sandbox_limits_itself_and_sees_nothing_of_its_owner(
     assert b"owner-secret-7" not in environment
     assert b"PYTHONSTARTUP" not in environment
     assert Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1] == b"-I"
-    folder = Path(os.readlink(f"/proc/{pid}/cwd"))
-    assert folder.stat().st_mode & 0o777 == 0o700
+    assert cwd(pid).stat().st_mode & 0o777 == 0o700
     assert Path(f"/proc/{pid}/oom_score_adj").read_text().strip() == "1000"
 
 
@@ -221,16 +220,22 @@ sys.stdin.read()
 """
 
 
+def cwd(pid: int) -> Path:
+    return Path(os.readlink(f"/proc/{pid}/cwd"))
+
+
 def test_a_sandbox_dies_with_its_owner(database: Database) -> None:
     owner = subprocess.Popen([sys.executable, "-c", OWNER, database.args[0]],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout is not None
         pid = int(owner.stdout.readline())
+        folder = cwd(pid)
         assert not gone(pid)
         owner.kill()  # no close, no cleanup: the pipe closes with the process
         owner.wait()
         until(lambda: gone(pid), "the sandbox outlived its owner")
+        assert not folder.exists()  # the sandbox removed it
     finally:
         owner.kill()
         owner.wait()
