@@ -21,7 +21,6 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-import jsonschema
 import yaml
 
 from dpsql.errors import ConfigurationError, PolicyError
@@ -267,6 +266,8 @@ def _path(parts: Any) -> str:
 
 
 def _schema_error(source: str, raw: Any) -> None:
+    import jsonschema  # only when a policy is read: a worker or a lookup never validates one
+
     validator = jsonschema.Draft202012Validator(schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(raw))
     if error is None:

@@ -269,21 +269,30 @@ def releases_list(include_all: bool, db: str, actor: str | None, as_json: bool) 
 @releases_group.command("synthesizers")
 @json_option
 def releases_synthesizers(as_json: bool) -> None:
-    """List the registered synthesizers (a policy still decides which a dataset allows)."""
-    from dpsql import synth
+    """List the synthesizers and whether each can run here (a policy picks which a dataset allows).
+
+    Reads their declarations: no synthesizer (nor torch or JAX) is imported. One
+    whose extra is not installed names the command that installs it.
+    """
+    from dpsql.synth import base
 
     rows = []
-    for name in synth.available():
-        factory = synth.base._registry[name]
-        doc = (factory.__doc__ or "").strip().splitlines()
-        rows.append({"name": name, "dp": synth.base.declared_dp(factory, name),
-                     "output": getattr(factory, "output", "rows"),
-                     "summary": doc[0] if doc else ""})
+    for d in base.declarations():
+        problem = d.unavailable()
+        rows.append({"name": d.name, "dp": d.is_dp, "dp_when": d.dp_when or None,
+                     "output": d.output, "summary": d.summary, "extra": d.extra or None,
+                     "loadable": problem is None,
+                     "install": None if problem is None else d.install()})
+    refused = base.refused()
     if as_json:
-        emit_json(rows)
+        emit_json(rows + [{"name": n, "refused": why} for n, why in sorted(refused.items())])
         return
-    click.echo(table([[r["name"], "dp" if r["dp"] else "not DP", r["output"], r["summary"]]
-                      for r in rows], ["name", "privacy", "output", "what it does"]))
+    click.echo(table([[r["name"], "dp" if r["dp"] else
+                       f"not DP (DP with {r['dp_when']})" if r["dp_when"] else "not DP",
+                       r["output"], r["install"] or "yes", r["summary"]] for r in rows],
+                     ["name", "privacy", "output", "installed", "what it does"]))
+    for name, why in sorted(refused.items()):
+        click.echo(f"refused plugin {name}: {why}", err=True)
 
 
 @releases_group.command("show")

@@ -89,6 +89,7 @@ def audit(session: Session, query: Mapping[str, str]) -> str:
 def releases(session: Session, csrf: str) -> str:
     """Every release (superseded ones too) with its cost and copies, and the release form."""
     from dpsql.provenance import cost_text, releases
+    from dpsql.synth.base import unavailable
 
     policy = session.policy
     rows = []
@@ -99,13 +100,16 @@ def releases(session: Session, csrf: str) -> str:
         rows.append([link, r["dataset"], r["synthesizer"], r["privacy"], f"{rec['rows']:,}",
                      rec["copies"], cost_text(rec["cost"]["charged"]), r["released_by"],
                      f"{r['released_at']:%Y-%m-%d %H:%M}", r["superseded_by"] or ""])
-    synths = sorted({s for ds in policy.datasets.values() for s in ds.synthesizers})
+    allowed = sorted({s for ds in policy.datasets.values() for s in ds.synthesizers})
+    why = {s: unavailable(s) for s in allowed}  # declarations only: no synthesizer imported
     form = ('<form method="post" action="release"><fieldset><legend>Release a synthetic table'
             "</legend>" + pages.hidden(csrf) + pages.select("dataset", policy.datasets)
-            + pages.select("synthesizer", synths)
+            + pages.select("synthesizer", [s for s in allowed if why[s] is None])
             + '<label>epsilon <input name="epsilon" size="6"></label>'
             '<label>name <input name="name" size="16"></label>'
-            "<button>Release</button></fieldset></form>")
+            "<button>Release</button></fieldset></form>"
+            + "".join(f"<p>{escape(s)} cannot run here: {escape(w)}</p>"
+                      for s, w in why.items() if w is not None))
     headers = ["name", "dataset", "synthesizer", "privacy", "rows", "copies", "cost", "by",
                "at", "superseded by"]
     return (pages.table(rows, headers, raw=0) if rows else "<p>no releases yet</p>") + form

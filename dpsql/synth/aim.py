@@ -33,7 +33,6 @@ from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import GaussianMechanism, PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.synth import pgm
-from dpsql.synth.base import register
 from dpsql.synth.exponential import ExponentialMechanism
 from dpsql.synth.measure import MAX_CELLS, Measurement, count_marginals, measure_counts
 
@@ -189,7 +188,6 @@ def workload_weights(domain: Domain, workload: Sequence[Clique]) -> dict[Clique,
             for r in sorted(closure, key=lambda c: (len(c), [domain.names.index(x) for x in c]))}
 
 
-@register("aim")
 @dataclass
 class AIM(_SelectMeasureGenerate):
     """Workload-aware adaptive selection of marginals, Gaussian measurements, Private-PGM.
@@ -401,7 +399,6 @@ def spanning_edges(names: Sequence[str], pairs: Sequence[Clique]) -> int:
     return edges
 
 
-@register("mst")
 @dataclass
 class MST(_SelectMeasureGenerate):
     """A maximum spanning tree of 2-way marginals, chosen privately, then Private-PGM.

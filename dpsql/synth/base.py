@@ -3,32 +3,47 @@
 A synthesizer never touches the ledger: the release charges the budget first,
 then calls ``fit`` with that budget; ``spent`` reports what the fit really used
 (never more). ``sample`` returns codes of the :class:`~dpsql.domain.Domain`;
-the release decodes them. Third-party synthesizers register through the
-``dpsql.synthesizers`` entry-point group.
+the release decodes them.
+
+The registry reads declarations (:mod:`dpsql.synth.catalog`): the built-ins',
+those of third-party plugins in the ``dpsql.synthesizers`` entry-point group,
+and those :func:`register` derives from a class. Listing and policy checks
+read them without importing any synthesizer; :func:`get` imports only the
+module of the one it is asked for (:func:`load`), and first says which extra to
+install when a package it needs is missing.
 
 The registry fails closed: a synthesizer that does not declare ``is_dp`` as a
-bool, or whose options take a release parameter's name, is refused when it
-registers (and again when a release asks for it), never treated as DP.
+bool, or whose options take a release parameter's name, is refused when it is
+declared or registers, and again when its class is loaded (which must then
+agree with its declaration) and when a release asks for it; never treated as DP.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
 import typing
 from collections.abc import Callable
 from importlib import metadata
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-import duckdb
-import numpy as np
-import pyarrow as pa
-
-from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, DPSQLError
-from dpsql.policy import did_you_mean
-from dpsql.privacy import PrivacyCost
-from dpsql.progress import Progress
+from dpsql.synth.catalog import (
+    BUILTIN,
+    RELEASE_PARAMETERS,
+    Declaration,
+    check_option_names,
+)
+
+if TYPE_CHECKING:
+    import duckdb
+    import numpy as np
+    import pyarrow as pa
+
+    from dpsql.domain import Domain
+    from dpsql.privacy import PrivacyCost
+    from dpsql.progress import Progress
 
 
 @runtime_checkable
@@ -80,33 +95,26 @@ class Resumable(Protocol):
 
 Factory = Callable[..., Any]  # a Synthesizer class (or a function returning one)
 F = TypeVar("F", bound=Factory)
-_registry: dict[str, Factory] = {}
+
+#: The entry-point group of third-party synthesizers: each entry names a class, or a
+#: :class:`Declaration` (then its class is imported only when a release asks for it).
+ENTRY_POINTS = "dpsql.synthesizers"
+#: Names of the built-in synthesizers (known without importing them: torch, jax).
+BUILTIN_NAMES = tuple(d.name for d in BUILTIN)
+
+_declared: dict[str, Declaration] = {d.name: d for d in BUILTIN}
+_registry: dict[str, Factory] = {}  # classes loaded and checked against their declaration
 _refused: dict[str, str] = {}  # plugins whose entry point broke the contract: why
-_entry_points_loaded = False
-
-#: Parameters of a release (``Session.release``), with the CLI flag that sets each:
-#: a synthesizer option of the same name could never be told apart from them.
-RELEASE_PARAMETERS: dict[str, str] = {
-    "dataset": "the DATASET argument", "synthesizer": "--synth", "name": "--name",
-    "epsilon": "--epsilon", "delta": "--delta", "rho": "--rho", "rows": "--rows",
-    "copies": "--copies", "columns": "--columns", "seed": "--seed", "replace": "--replace",
-    "progress": "progress= (Python only)", "options": "one --option per synthesizer option",
-}
 
 
-def register(name: str) -> Callable[[F], F]:
-    """Class decorator: make a synthesizer available as ``get(name)``.
+class SynthesizerWarning(UserWarning):
+    """A warning a synthesizer also lists in ``describe()['diagnostics']['warnings']``.
 
-    Raises ConfigurationError for a class that breaks the contract (see
-    :func:`check_factory`): it is refused, not registered.
+    A release reports those itself, so it silences this category while fitting.
     """
 
-    def add(factory: F) -> F:
-        check_factory(name, factory)
-        _registry[name] = factory
-        return factory
 
-    return add
+# -- the contract -----------------------------------------------------------------------
 
 
 def declared_dp(synthesizer: Any, name: str) -> bool:
@@ -134,6 +142,25 @@ def option_names(factory: Factory) -> set[str] | None:
             if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
 
 
+def option_types(factory: Factory) -> dict[str, str] | None:
+    """Each option and its type as the class annotates it ("" when unknown); None: any."""
+    names = option_names(factory)
+    if names is None:
+        return None
+    types = {f.name: type_text(f.type) for f in dataclasses.fields(factory)} \
+        if dataclasses.is_dataclass(factory) else {}
+    return {n: types.get(n, "") for n in sorted(names)}
+
+
+def type_text(hint: Any) -> str:
+    """An annotation as source text (``int | None``), whether postponed (a string) or not."""
+    if isinstance(hint, str):
+        return " ".join(hint.split())
+    if isinstance(hint, type) and not typing.get_args(hint):
+        return hint.__qualname__
+    return str(hint).replace("typing.", "").replace("NoneType", "None")
+
+
 def check_factory(name: str, factory: Factory) -> None:
     """Refuse a synthesizer that breaks the contract.
 
@@ -141,94 +168,211 @@ def check_factory(name: str, factory: Factory) -> None:
     (or ``is_dp`` itself, which a caller could then set).
     """
     declared_dp(factory, name)
-    taken = sorted((option_names(factory) or set()) & {*RELEASE_PARAMETERS, "is_dp"})
-    if taken:
-        raise ConfigurationError(
-            f"synthesizer {name!r} has options named {', '.join(taken)}, which the release "
-            "itself takes; rename them")
+    check_option_names(name, option_names(factory) or ())
 
 
-def _load_builtin() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    import importlib
+def describe(name: str, factory: Factory) -> Declaration:
+    """The declaration of a loaded class (what :func:`register` and class plugins get)."""
+    check_factory(name, factory)
+    doc = (factory.__doc__ or "").strip().splitlines()
+    return Declaration(name, f"{factory.__module__}:{factory.__qualname__}",
+                       declared_dp(factory, name), doc[0] if doc else "",
+                       output=getattr(factory, "output", "rows"), options=option_types(factory))
 
-    for module in BUILTIN_MODULES:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:  # an optional extra (torch, numpyro) is not installed
-            _missing[module] = str(err)
-    for entry in metadata.entry_points(group="dpsql.synthesizers"):
-        if entry.name not in _registry:
-            load_entry_point(entry)
+
+def check_matches(declaration: Declaration, factory: Factory) -> None:
+    """Refuse a class that disagrees with its declaration (is_dp, output or options)."""
+    actual = describe(declaration.name, factory)
+    where = f"{factory.__module__}.{factory.__qualname__}"
+    for field in ("is_dp", "output", "options"):
+        said, found = getattr(declaration, field), getattr(actual, field)
+        if field == "options" and said is not None and found is not None:
+            said = {k: type_text(v) for k, v in said.items()}
+        if said != found:
+            raise ConfigurationError(
+                f"synthesizer {declaration.name!r} is declared with {field} {_shown(said)}, but "
+                f"its class {where} has {_shown(found)}; the declaration and the class must "
+                "agree: refused")
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict):
+        return "(" + ", ".join(f"{k}: {v}" if v else k for k, v in value.items()) + ")"
+    return "any options" if value is None else repr(value)
+
+
+# -- declaring and registering ------------------------------------------------------------
+
+
+def register(name: str) -> Callable[[F], F]:
+    """Class decorator: make a synthesizer available as ``get(name)``.
+
+    Raises ConfigurationError for a class that breaks the contract (see
+    :func:`check_factory`): it is refused, not registered. A class that
+    implements a declared synthesizer must agree with its declaration.
+    """
+
+    def add(factory: F) -> F:
+        declared = _declared.get(name)
+        target = f"{factory.__module__}:{factory.__qualname__}"
+        if declared is not None and declared.target == target:
+            check_factory(name, factory)
+            check_matches(declared, factory)
+        else:
+            declared = describe(name, factory)
+        _declared[name] = declared
+        _registry[name] = factory
+        _refused.pop(name, None)
+        return factory
+
+    return add
+
+
+def declare(declaration: Declaration) -> None:
+    """Declare a synthesizer whose class is imported only when a release asks for it."""
+    _declared[declaration.name] = declaration
+    _registry.pop(declaration.name, None)
+    _refused.pop(declaration.name, None)
+
+
+def unregister(name: str) -> None:
+    """Forget a registered or declared synthesizer (a built-in falls back to its declaration)."""
+    _registry.pop(name, None)
+    _refused.pop(name, None)
+    _declared.pop(name, None)
+    builtin = {d.name: d for d in BUILTIN}
+    if name in builtin:
+        _declared[name] = builtin[name]
 
 
 def load_entry_point(entry: metadata.EntryPoint) -> None:
-    """Register a plugin, or remember why it is refused (reported when a release names it)."""
-    try:
-        factory = entry.load()
-        check_factory(entry.name, factory)
-    except DPSQLError as err:  # one broken plugin must not take the others down
-        _refused[entry.name] = str(err)
-        return
-    _registry[entry.name] = factory
+    """Declare a plugin, or remember why it is refused (reported when a release names it).
 
-
-# Modules that register built-in synthesizers when imported.
-BUILTIN_MODULES: list[str] = [
-    "dpsql.synth.histogram",
-    "dpsql.synth.range_tree",
-    "dpsql.synth.sds",
-    "dpsql.synth.napsu_mq",
-    "dpsql.synth.modp",
-    "dpsql.synth.aim",
-]
-_missing: dict[str, str] = {}
-
-
-class SynthesizerWarning(UserWarning):
-    """A warning a synthesizer also lists in ``describe()['diagnostics']['warnings']``.
-
-    A release reports those itself, so it silences this category while fitting.
+    An entry point naming a :class:`Declaration` costs an import of the module that
+    holds it; its class loads on use. One naming a class loads it now.
     """
+    try:
+        target = entry.load()
+        if isinstance(target, Declaration):
+            if target.name != entry.name:
+                raise ConfigurationError(f"entry point {entry.name!r} ({entry.value}) declares "
+                                         f"a synthesizer named {target.name!r}; the names must "
+                                         "agree")
+            _declared[entry.name] = target
+            return
+        _declared[entry.name] = describe(entry.name, target)
+        _registry[entry.name] = target
+    except (DPSQLError, ImportError, AttributeError) as err:  # one broken plugin must not
+        _refused[entry.name] = (str(err) if isinstance(err, DPSQLError) else  # take the others
+                                f"synthesizer {entry.name!r} ({entry.value}) could not be "
+                                f"loaded: {err}")
 
 
-#: Names the built-in modules register (known without importing them, e.g. torch).
-BUILTIN_NAMES = ("independent", "joint", "range", "sds", "napsu_mq", "modp", "aim", "mst")
+def _plugins() -> dict[str, metadata.EntryPoint]:
+    """Installed plugins by name (a built-in's name wins), without loading them."""
+    builtin = set(BUILTIN_NAMES)
+    return {e.name: e for e in metadata.entry_points(group=ENTRY_POINTS) if e.name not in builtin}
+
+
+def _load_plugins() -> None:
+    for name, entry in _plugins().items():
+        if name not in _declared and name not in _refused:
+            load_entry_point(entry)
+
+
+# -- reading the declarations ---------------------------------------------------------------
 
 
 def known_names() -> set[str]:
-    """Synthesizer names a policy may list: built-ins, installed plugins, registered ones."""
-    plugins = {e.name for e in metadata.entry_points(group="dpsql.synthesizers")}
-    return set(BUILTIN_NAMES) | plugins | set(_registry)
+    """Synthesizer names a policy may list: declared ones and installed plugins (none loaded)."""
+    return set(_declared) | set(_registry) | set(_refused) | set(_plugins())
+
+
+def declarations() -> list[Declaration]:
+    """Every declared synthesizer, built-ins and plugins, by name (none of their classes loaded)."""
+    _load_plugins()
+    return [_declared[n] for n in sorted(_declared)]
+
+
+def refused() -> dict[str, str]:
+    """Plugins refused when they were declared: name -> why."""
+    _load_plugins()
+    return dict(_refused)
 
 
 def available() -> list[str]:
-    """Names of every registered synthesizer."""
-    _load_builtin()
-    return sorted(_registry)
+    """Names of the synthesizers that can be loaded here (the packages they need are found)."""
+    loadable = {d.name for d in declarations() if d.unavailable() is None}
+    return sorted(loadable | set(_registry))
+
+
+def unavailable(name: str) -> str | None:
+    """Why synthesizer ``name`` cannot run here (unknown, refused, an extra missing), or None."""
+    try:
+        declared = declaration(name)
+    except ConfigurationError as err:
+        return str(err)
+    return None if name in _registry else declared.unavailable()
+
+
+def declaration(name: str) -> Declaration:
+    """The declaration of ``name`` (an installed plugin's entry point is read first)."""
+    if name not in _declared and name not in _refused:
+        entry = _plugins().get(name)
+        if entry is not None:
+            load_entry_point(entry)
+    if name in _refused:
+        raise ConfigurationError(_refused[name])
+    if name not in _declared:
+        from dpsql.policy import did_you_mean
+
+        known = sorted(known_names())
+        raise ConfigurationError(f"unknown synthesizer {name!r}{did_you_mean(name, known)} "
+                                 f"(known: {', '.join(known)})")
+    return _declared[name]
+
+
+def load(name: str) -> Factory:
+    """The class of synthesizer ``name``, importing only its module, checked.
+
+    Refused (ConfigurationError, before any charge) when a package it needs is
+    missing (naming the extra to install), when it breaks the contract, or when
+    it disagrees with its declaration. A class put in the registry by hand is
+    checked again too.
+    """
+    factory = _registry.get(name)
+    if factory is not None:
+        check_factory(name, factory)
+        if name in _declared:
+            check_matches(_declared[name], factory)
+        return factory
+    declared = declaration(name)
+    problem = declared.unavailable()
+    if problem is not None:
+        raise ConfigurationError(problem)
+    try:
+        found: Any = importlib.import_module(declared.module)
+        for part in declared.qualname.split("."):
+            found = getattr(found, part)
+    except ImportError as err:
+        raise ConfigurationError(f"synthesizer {name!r} could not be loaded ({err}); "
+                                 f"reinstall what it needs: {declared.install()}") from err
+    except AttributeError as err:
+        raise ConfigurationError(f"synthesizer {name!r} is declared as {declared.target}, "
+                                 f"which does not exist ({err})") from err
+    check_factory(name, found)
+    check_matches(declared, found)
+    _registry[name] = found
+    return typing.cast(Factory, found)
 
 
 def get(name: str, /, **options: Any) -> Synthesizer:
     """A synthesizer by name, configured with ``options`` (strings are converted).
 
-    Checks the contract again (a class put in the registry by hand is refused
-    too) and the options' names before building it: all public, before any charge.
+    Imports only that synthesizer's module (:func:`load`), checks the contract
+    again and the options' names before building it: all public, before any charge.
     """
-    _load_builtin()
-    if name in _refused:
-        raise ConfigurationError(_refused[name])
-    if name not in _registry:
-        hint = did_you_mean(name, list(_registry))
-        extra = ""
-        if _missing:
-            extra = "; some synthesizers need extras: pip install 'dpsql[all]'"
-        raise ConfigurationError(f"unknown synthesizer {name!r}{hint} (available: "
-                                 f"{', '.join(sorted(_registry))}){extra}")
-    factory = _registry[name]
-    check_factory(name, factory)
+    factory = load(name)
     synthesizer: Synthesizer = factory(**convert_options(name, factory, options))
     declared_dp(synthesizer, name)
     return synthesizer
@@ -242,6 +386,8 @@ def convert_options(name: str, factory: Factory, options: dict[str, Any]) -> dic
             raise ConfigurationError(f"{key!r} is a release parameter, not an option of {name}; "
                                      f"use {RELEASE_PARAMETERS[key]} instead")
         if accepted is not None and key not in accepted:
+            from dpsql.policy import did_you_mean
+
             raise ConfigurationError(f"unknown option {key!r} of {name} (options: "
                                      f"{', '.join(sorted(accepted)) or 'none'})"
                                      f"{did_you_mean(key, list(accepted))}")

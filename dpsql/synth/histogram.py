@@ -29,7 +29,6 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import GaussianMechanism, LaplaceMechanism, Number, PrivacyCost, to_fraction
 from dpsql.progress import Progress, silent
-from dpsql.synth.base import register
 from dpsql.synth.measure import MAX_CELLS, Measurement, measure_marginals
 
 POSTPROCESS = ("clip", "project")
@@ -260,7 +259,6 @@ class _HistogramOptions:
         return restore_histogram(state, domain)
 
 
-@register("independent")
 @dataclass
 class Independent(_HistogramOptions):
     """One noisy 1-way marginal per column; columns are sampled independently.
@@ -289,7 +287,6 @@ class Independent(_HistogramOptions):
                              {"count_share": self.count_share, "postprocess": self.postprocess})
 
 
-@register("joint")
 @dataclass
 class Joint(_HistogramOptions):
     """One noisy n-way marginal over all chosen columns, sampled as whole tuples.

@@ -25,7 +25,6 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
-from dpsql.synth.base import register
 from dpsql.synth.histogram import probabilities
 from dpsql.synth.measure import count_marginals, measure_counts
 
@@ -250,7 +249,6 @@ def noisy_tree(exact: np.ndarray, branching: int, budget: PrivacyCost, sensitivi
     return consistent_tree(measured, variances, branching)[-1][real], spent, descriptors
 
 
-@register("range")
 @dataclass
 class RangeTree:
     """A DP tree histogram of one or two numeric columns, answering any range query.

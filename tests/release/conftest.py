@@ -165,7 +165,7 @@ def test_synthesizers() -> Iterator[None]:
     register_test_synthesizers()
     yield
     for name in TEST_SYNTHESIZERS:
-        base._registry.pop(name, None)
+        base.unregister(name)
 
 
 def release_policy(accounting: str = "zcdp", *, allow_non_dp: bool = False,

@@ -78,8 +78,7 @@ def clean_registry() -> Iterator[None]:
     base.available()
     yield
     for name in ("uniform", "uniform_not_dp", "slipped", "broken", "seeded", "says_yes"):
-        base._registry.pop(name, None)
-        base._refused.pop(name, None)
+        base.unregister(name)
 
 
 def plugin_store(make_store, synthesizer: str, **policy) -> Session:

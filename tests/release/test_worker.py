@@ -237,7 +237,7 @@ def spill_store(make_store) -> Iterator[Path]:
     try:
         yield make_store(release_policy(synthesizers="independent, spill_directory"))
     finally:
-        base._registry.pop("spill_directory", None)
+        base.unregister("spill_directory")
 
 
 def test_the_worker_spills_into_the_job_folder(spill_store):

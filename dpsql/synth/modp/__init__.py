@@ -1,6 +1,6 @@
 """MODP: minus-one data prediction (Press 2024) in PyTorch, empirical or DP (``mode=dp``).
 
-Importing this package registers the ``modp`` synthesizer; it needs the
+The ``modp`` synthesizer (declared in :mod:`dpsql.synth.catalog`); it needs the
 ``modp`` extra (torch, dp-accounting).
 """
 

@@ -31,11 +31,9 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
-from dpsql.synth.base import register
 from dpsql.synth.modp import device as devices
 from dpsql.synth.modp import diagnostics, postprocess
 from dpsql.synth.modp.blocks import Blocks
-from dpsql.synth.modp.dpsgd import DPSGDConfig, train_dp
 from dpsql.synth.modp.fitted import DPSeeds, FittedModp, Refinements
 from dpsql.synth.modp.instantiate import instantiate
 from dpsql.synth.modp.model import MultiBladeModel
@@ -60,7 +58,6 @@ class _FollowsMode:
                                  "mode=empirical instead")
 
 
-@register("modp")
 @dataclass
 class Modp:
     """Minus-one data prediction (Press 2024): not DP as published; DP with mode=dp.
@@ -219,6 +216,8 @@ class Modp:
         model.start_from_marginals(torch.as_tensor(seeds.category_probabilities(),
                                                    device=gen.device), scale=0.0)
         index = blocks.to_index(read_codes(source, domain), device=gen.device)
+        from dpsql.synth.modp.dpsgd import DPSGDConfig, train_dp  # dp-accounting: DP mode only
+
         config = DPSGDConfig(steps=self.steps, clip=self.clip,
                              sampling_rate=self.sampling_rate, lr=self.lr or 0.003)
         train_budget = budget - seeds.spent

@@ -1,4 +1,4 @@
-"""NAPSU-MQ: noise-aware synthetic data with calibrated uncertainty (registers ``napsu_mq``).
+"""NAPSU-MQ: noise-aware synthetic data with calibrated uncertainty (the ``napsu_mq`` synthesizer).
 
 See docs/napsu_mq.md. Needs the ``napsu`` extra (jax, numpyro, threadpoolctl).
 """

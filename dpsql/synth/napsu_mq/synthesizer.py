@@ -30,11 +30,11 @@ from dpsql.errors import ConfigurationError
 from dpsql.policy import did_you_mean
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
-from dpsql.synth.base import SynthesizerWarning, register
+from dpsql.synth.base import SynthesizerWarning
 from dpsql.synth.measure import measure_marginals
 from dpsql.synth.napsu_mq import estimate as cost_estimate
 from dpsql.synth.napsu_mq import laplace as laplace_step
-from dpsql.synth.napsu_mq import mst, nuts, resample
+from dpsql.synth.napsu_mq import mst, resample
 from dpsql.synth.napsu_mq import posterior as post
 from dpsql.synth.napsu_mq.evidence import Observed, reduce
 from dpsql.synth.napsu_mq.model import compiled_marginals
@@ -53,7 +53,6 @@ class DiagnosticsWarning(SynthesizerWarning):
     """The posterior inference shows signs of trouble (see describe()['diagnostics'])."""
 
 
-@register("napsu_mq")
 @dataclass
 class NapsuMQ:
     """Noise-aware Bayesian synthesis (NAPSU-MQ): a posterior over the data, copies from it.
@@ -237,6 +236,8 @@ class NapsuMQ:
                 diagnostics["laplace"]["importance_ess"] = round(ess, 1)
                 posterior = post.Samples(resampled)
             if self.inference == "nuts":
+                from dpsql.synth.napsu_mq import nuts  # NumPyro: only for this inference
+
                 draws = nuts.sample(structure, reduced, fitted, self.prior_sd,
                                     chains=self.chains, warmup=self.warmup,
                                     samples=self.samples, max_tree_depth=self.max_tree_depth,

@@ -28,7 +28,6 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import PrivacyCost, to_fraction
 from dpsql.progress import Progress
-from dpsql.synth.base import register
 from dpsql.synth.sds.aggregates import Aggregates, Level, Settings, aggregate
 from dpsql.synth.sds.synthesis import Options, Synthesizer
 from dpsql.synth.sds.tuples import EMPTY, Items, TupleSpace, TupleTable
@@ -36,7 +35,6 @@ from dpsql.synth.sds.tuples import EMPTY, Items, TupleSpace, TupleTable
 VERSION = "3"  # 2: default eta_1 = 1/(domain values); 3: pruning, paired pass, p_2 = 1/2
 
 
-@register("sds")
 @dataclass(frozen=True)
 class SDS:
     """Synthetic Data Showcase: DP k-tuple counts, then aggregate-seeded synthesis.
