@@ -35,6 +35,7 @@ from dpsql.progress import Progress, silent
 from dpsql.synth import pgm
 from dpsql.synth.exponential import ExponentialMechanism
 from dpsql.synth.measure import MAX_CELLS, Measurement, count_marginals, measure_counts
+from dpsql.synth.spanning import grow, spanning_forest
 
 Clique = tuple[str, ...]
 BIAS = math.sqrt(2 / math.pi)  # E|N(0, sigma^2)| / sigma: the L1 error noise alone explains
@@ -374,29 +375,9 @@ class AIM(_SelectMeasureGenerate):
 # -- MST ------------------------------------------------------------------------------------------
 
 
-class _Forest:
-    """Which columns the chosen pairs already join (public: built from DP choices)."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.label = {c: c for c in names}
-
-    def joins(self, pair: Clique) -> bool:
-        return self.label[pair[0]] != self.label[pair[1]]
-
-    def join(self, pair: Clique) -> None:
-        old, new = self.label[pair[0]], self.label[pair[1]]
-        self.label = {c: new if label == old else label for c, label in self.label.items()}
-
-
 def spanning_edges(names: Sequence[str], pairs: Sequence[Clique]) -> int:
     """Edges of a spanning forest of the graph ``pairs`` (public arithmetic)."""
-    forest = _Forest(names)
-    edges = 0
-    for pair in pairs:
-        if forest.joins(pair):
-            forest.join(pair)
-            edges += 1
-    return edges
+    return len(spanning_forest(names, [(a, b) for a, b in pairs]))
 
 
 @dataclass
@@ -470,19 +451,18 @@ class MST(_SelectMeasureGenerate):
             report("select", 0, edges)
             if edges:
                 fit.refit(self.iters)
-                forest = _Forest(domain.names)
                 mechanism = ExponentialMechanism.calibrate(
                     domain.max_rows, select_budget.split([1] * edges)[0])
                 errors = {p: fit.error(p) for p in pairs}
-                chosen: list[Clique] = []
-                for edge in range(edges):
-                    live = [p for p in pairs if forest.joins(p)]
+
+                def choose(live: list[tuple[str, str]]) -> tuple[str, str]:
                     pick = live[fit.select(mechanism, [errors[p] for p in live])]
-                    forest.join(pick)
-                    chosen.append(pick)
                     log.append({"pair": list(pick), "candidates": len(live),
                                 "epsilon": float(mechanism.epsilon)})
-                    report("select", edge + 1, edges)
+                    report("select", len(log), edges)
+                    return pick
+
+                chosen = grow(domain.names, [(a, b) for a, b in pairs], choose, rounds=edges)
                 for pair, cost in zip(chosen, pair_budget.split([1] * edges), strict=True):
                     fit.measure(pair, cost)
             report("estimate", 0, 1)

@@ -18,7 +18,7 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
 from dpsql.source import bounded_relation
-from dpsql.synth import FittedSynthesizer, Resumable, Synthesizer, get
+from dpsql.synth import FittedSynthesizer, Resumable, Synthesizer, get, spanning
 from dpsql.synth.measure import count_marginals
 from dpsql.synth.napsu_mq import DiagnosticsWarning, NapsuMQ, mst
 from dpsql.synth.napsu_mq import posterior as post
@@ -206,7 +206,7 @@ def test_mst_selection_builds_a_spanning_tree(adult: Source) -> None:
     selection = mst.select(adult.relation, adult.domain, [("race", "sex")],
                            PrivacyCost.zcdp("0.05"), PrivacyCost.zcdp("0.05"))
     assert len(selection.pairs) == len(names) - 2
-    groups = mst.components(names, [("race", "sex"), *selection.pairs])
+    groups = spanning.components(names, [("race", "sex"), *selection.pairs])
     assert len(set(groups.values())) == 1
     assert selection.spent <= PrivacyCost.zcdp("0.1")
     assert len(selection.oneway) == len(names)

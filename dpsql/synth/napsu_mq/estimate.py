@@ -34,8 +34,8 @@ from typing import Any
 
 from dpsql.errors import ConfigurationError
 from dpsql.synth.napsu_mq import laplace
-from dpsql.synth.napsu_mq.mst import components
 from dpsql.synth.napsu_mq.structure import Structure
+from dpsql.synth.spanning import spanning_forest
 
 FLOPS = 2e9  # effective floating-point operations per second per core
 LBFGS_ITERATIONS = 400
@@ -65,17 +65,9 @@ def pair_parameters(sizes: dict[str, int], a: str, b: str) -> int:
 
 def heaviest_forest(sizes: dict[str, int], required: Sequence[Sequence[str]]) -> int:
     """Parameters of the heaviest spanning forest of pairs joining ``required``'s components."""
-    root = components(list(sizes), required)
-    groups = {c: root[c] for c in sizes}
-    total = 0
-    pairs = sorted(itertools.combinations(sizes, 2),
-                   key=lambda p: -pair_parameters(sizes, *p))
-    for a, b in pairs:
-        if groups[a] != groups[b]:
-            old, new = groups[a], groups[b]
-            groups = {c: new if g == old else g for c, g in groups.items()}
-            total += pair_parameters(sizes, a, b)
-    return total
+    pairs = sorted(itertools.combinations(sizes, 2), key=lambda p: -pair_parameters(sizes, *p))
+    return sum(pair_parameters(sizes, a, b)
+               for a, b in spanning_forest(sizes, pairs, joined=required))
 
 
 def base_structure(names: Sequence[str], shape: Sequence[int],

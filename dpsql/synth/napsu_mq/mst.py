@@ -32,6 +32,7 @@ from dpsql.domain import Domain
 from dpsql.privacy import PrivacyCost
 from dpsql.synth.exponential import ExponentialMechanism
 from dpsql.synth.measure import Measurement, count_marginals, measure_marginals
+from dpsql.synth.spanning import components, grow
 
 
 @dataclass(frozen=True)
@@ -49,22 +50,6 @@ class Selection:
         return {"method": "mst", "pairs": [list(p) for p in self.pairs],
                 "oneway": [m.describe() for m in self.oneway], "rounds": list(self.rounds),
                 "cost": self.spent.as_dict(), "stopped": self.stopped}
-
-
-def components(names: Sequence[str], cliques: Sequence[Sequence[str]]) -> dict[str, str]:
-    """Union-find over columns joined by ``cliques``: column -> representative."""
-    root = {c: c for c in names}
-
-    def find(c: str) -> str:
-        while root[c] != c:
-            root[c] = root[root[c]]
-            c = root[c]
-        return c
-
-    for clique in cliques:
-        for a, b in itertools.pairwise(clique):
-            root[find(a)] = find(b)
-    return {c: find(c) for c in names}
 
 
 def independent_prediction(oneway: Sequence[Measurement]) -> tuple[dict[str, np.ndarray], float]:
@@ -105,25 +90,23 @@ def select(source: duckdb.DuckDBPyRelation, domain: Domain, required: Sequence[S
     del exact
     per_round = select_budget.split([1] * rounds)[0]
     mechanism = ExponentialMechanism.calibrate(domain.max_rows, per_round)
-    chosen: list[tuple[str, str]] = []
-    log = []
-    joined = list(required)
     sizes = dict(zip(names, domain.shape, strict=True))
-    added = [(sizes[a] - 1) * (sizes[b] - 1) for a, b in candidates]
-    stopped = ""
-    for _ in range(rounds):
-        groups = components(names, joined)
-        live = [i for i, (a, b) in enumerate(candidates)
-                if groups[a] != groups[b] and added[i] <= room]
-        if not live:
-            stopped = (f"after {len(chosen)} of {rounds} rounds: no pair joining two "
-                       "components fits in max_parameters")
-            break
-        pick = live[mechanism.select(np.asarray([scores[i] for i in live], dtype=np.int64))]
+    added = {(a, b): (sizes[a] - 1) * (sizes[b] - 1) for a, b in candidates}
+    score = dict(zip(candidates, scores, strict=True))
+    log: list[dict[str, Any]] = []
+
+    def choose(live: list[tuple[str, str]]) -> tuple[str, str]:
+        nonlocal room, spent
+        pick = live[mechanism.select(np.asarray([score[p] for p in live], dtype=np.int64))]
         room -= added[pick]
-        chosen.append(candidates[pick])
-        joined.append(candidates[pick])
         spent = spent + mechanism.cost("zcdp")
-        log.append({"pair": list(candidates[pick]), "candidates": len(live),
+        log.append({"pair": list(pick), "candidates": len(live),
                     "epsilon": float(mechanism.epsilon), "cost": mechanism.cost().as_dict()})
+        return pick
+
+    chosen = grow(names, candidates, choose, joined=required, rounds=rounds,
+                  fits=lambda pair: added[pair] <= room)
+    stopped = "" if len(chosen) == rounds else (
+        f"after {len(chosen)} of {rounds} rounds: no pair joining two components fits in "
+        "max_parameters")
     return Selection(tuple(chosen), tuple(oneway), tuple(log), spent, stopped)

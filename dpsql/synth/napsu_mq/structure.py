@@ -29,6 +29,7 @@ from functools import cached_property
 import numpy as np
 
 from dpsql.errors import ConfigurationError
+from dpsql.synth.spanning import spanning_forest
 
 MAX_CLIQUE_CELLS = 200_000  # a junction-tree clique larger than this is refused
 
@@ -161,21 +162,10 @@ def _spanning_tree(cliques: list[tuple[int, ...]]
     edges = sorted(((len(set(a) & set(b)), i, j)
                     for (i, a), (j, b) in itertools.combinations(enumerate(cliques), 2)
                     if set(a) & set(b)), key=lambda e: (-e[0], e[1], e[2]))
-    root = list(range(len(cliques)))
-
-    def find(i: int) -> int:
-        while root[i] != i:
-            root[i] = root[root[i]]
-            i = root[i]
-        return i
-
     links: dict[int, set[int]] = {i: set() for i in range(len(cliques))}
-    for _, i, j in edges:
-        a, b = find(i), find(j)
-        if a != b:
-            root[a] = b
-            links[i].add(j)
-            links[j].add(i)
+    for i, j in spanning_forest(range(len(cliques)), [(i, j) for _, i, j in edges]):
+        links[i].add(j)
+        links[j].add(i)
     order: list[int] = []
     parent_of: dict[int, int] = {}
     seen: set[int] = set()
