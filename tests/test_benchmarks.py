@@ -87,6 +87,22 @@ def test_sql_breadth_quick_mode_prints_its_figures() -> None:
     assert "count distinct by sex, race" in result.stdout
 
 
+def test_import_time_quick_mode_prints_its_figures() -> None:
+    """``benchmarks/import_time.py --quick`` (about 10 s): one fresh process each for
+    ``import dpsql``, ``get('independent')`` and an ``independent`` release of the bundled
+    Adult sample; none of them, nor the release's worker, imports torch, jax, numpyro, mbi
+    or scipy.stats."""
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "import_time.py"),
+                             "--quick"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    number = r"\d+(\.\d+)?"
+    assert re.search(
+        rf"README: fresh process, median of 1: import dpsql {number} s; get\('independent'\) "
+        rf"{number} s import time, {number} MB, heavy: none; independent release of the "
+        rf"Adult sample {number} s import time \+ worker {number} s, {number} MB, heavy: none; "
+        rf"{number} s end to end, {number} MB, heavy: none \(load [\d.-]+\)", result.stdout)
+
+
 def test_partition_selection_quick_mode_prints_its_figures() -> None:
     """``benchmarks/partition_selection.py --quick`` (a few seconds): keys released and total
     error against Laplace thresholding on the shared ACS data (skipped where it is absent)."""
