@@ -36,8 +36,8 @@ import dpsql
 from dpsql import synth
 from dpsql.analysis.fidelity import fetch_codes, score
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation, bounded_sql
 from dpsql.privacy import budget_cost
-from dpsql.source import bounded_relation, bounded_sql
 from dpsql.synth import pgm
 
 COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",

@@ -26,9 +26,9 @@ from typing import Any
 from query_overhead import QUERIES, build
 
 import dpsql
+from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
 from dpsql.ledger import Ledger, settled
 from dpsql.query import answer
-from dpsql.query.engine import DuckDBEngine, _DuckDBPrepared
 
 PARTS: list[tuple[Any, str, str]] = [
     (DuckDBEngine, "column_types", "types"), (DuckDBEngine, "enforced_bounds", "bounds"),

@@ -41,8 +41,8 @@ from _common import peak_rss_mb, print_table, readme
 import dpsql
 from dpsql.analysis import fidelity
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta
-from dpsql.source import bounded_relation
 from dpsql.synth import get
 from dpsql.synth.modp.synthesizer import read_codes
 

@@ -44,9 +44,9 @@ from _common import adult10_policy, readme, shared_data, span
 import dpsql
 from dpsql.analysis import rubin
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.policy import Policy
 from dpsql.privacy import rho_from_epsilon_delta
-from dpsql.source import bounded_relation
 from dpsql.synth import get
 from dpsql.synth.measure import measure_marginals
 from dpsql.synth.napsu_mq import posterior as post

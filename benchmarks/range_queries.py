@@ -29,8 +29,8 @@ from _common import print_table, readme, shared_data
 
 import dpsql
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.privacy import budget_cost
-from dpsql.source import bounded_relation
 from dpsql.synth.measure import count_marginals
 from dpsql.synth.range_tree import choose_branching, noisy_tree
 

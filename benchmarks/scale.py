@@ -40,8 +40,8 @@ from _common import adult10_policy, readme, shared_data
 
 import dpsql
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.privacy import rho_from_epsilon_delta
-from dpsql.source import bounded_relation
 from dpsql.store import IMPORT_LIMITS
 from dpsql.synth import get
 

@@ -36,8 +36,8 @@ from _common import adult10_policy, readme, shared_data, span
 import dpsql
 from dpsql.analysis import fidelity
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.privacy import rho_from_epsilon_delta
-from dpsql.source import bounded_relation
 from dpsql.store import Store
 from dpsql.synth import get
 from dpsql.synth.sds import _encoded

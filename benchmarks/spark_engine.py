@@ -40,8 +40,8 @@ import yaml
 from _common import median_time, peak_rss_mb, print_table
 
 import dpsql
+from dpsql.engines.spark import session
 from dpsql.policy import Policy
-from dpsql.query.spark import session
 
 QUERIES = {
     "count group by": ("SELECT sex, COUNT(*) FROM t GROUP BY sex",

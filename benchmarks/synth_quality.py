@@ -60,9 +60,9 @@ from dpsql import synth
 from dpsql.analysis import rubin
 from dpsql.analysis.fidelity import bootstrap_ideal, fetch_codes, score
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation, bounded_sql
 from dpsql.errors import DPSQLError
 from dpsql.privacy import budget_cost
-from dpsql.source import bounded_relation, bounded_sql
 
 ROOT = Path(__file__).resolve().parents[1]
 DELTA = 1e-6

@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dpsql.engines.base import Links
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import AccessDenied
-from dpsql.interrupt import Interrupter
 from dpsql.ledger import Ledger
 from dpsql.policy import Policy, User
 from dpsql.privacy import Number, PrivacyCost, budget_cost
-from dpsql.query.engine import Links
 from dpsql.store import Store
 
 

@@ -29,8 +29,8 @@ import duckdb
 
 from dpsql import scratch
 from dpsql.context import Context
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import DPSQLError, QueryCanceled, ReleaseError
-from dpsql.interrupt import Interrupter
 from dpsql.progress import Progress, silent
 from dpsql.release import Charged, MoreRequest, Release, ReleaseRequest, prepare
 from dpsql.store import Store, now

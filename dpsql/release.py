@@ -38,6 +38,9 @@ import sqlglot
 
 from dpsql import __version__, provenance
 from dpsql.domain import Domain, quote
+from dpsql.engines import engine_for
+from dpsql.engines.interrupt import Interrupter
+from dpsql.engines.source import bounded_sql
 from dpsql.errors import (
     ConfigurationError,
     DPSQLError,
@@ -45,12 +48,9 @@ from dpsql.errors import (
     PolicyError,
     ReleaseError,
 )
-from dpsql.interrupt import Interrupter
 from dpsql.policy import Dataset
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.progress import Progress, silent
-from dpsql.query.engine import engine_for
-from dpsql.source import bounded_sql
 from dpsql.store import HARDENED_CONFIG, Store, check_identifier, now
 from dpsql.synth import base as synth_base
 from dpsql.synth import shape

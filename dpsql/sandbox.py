@@ -59,8 +59,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import ConfigurationError, InternalError, OutOfMemory, QueryCanceled
-from dpsql.interrupt import Interrupter
 
 log = logging.getLogger(__name__)
 
@@ -306,7 +306,7 @@ class _Sandbox:
 
 
 class _Request:
-    """One query as :class:`~dpsql.interrupt.Interrupter` sees it.
+    """One query as :class:`~dpsql.engines.interrupt.Interrupter` sees it.
 
     Interrupting it interrupts the sandbox's query, and kills the sandbox once
     :data:`KILL_AFTER` has passed.

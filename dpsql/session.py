@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from dpsql.engines.base import Links
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import AccessDenied, ConfigurationError
-from dpsql.interrupt import Interrupter
 from dpsql.ledger import Budget, Ledger, apply_policy
 from dpsql.policy import Dataset, Policy, User
 from dpsql.privacy import Number, PrivacyCost
-from dpsql.query.engine import Links
 from dpsql.store import IMPORT_LIMITS, Store, check_identifier
 
 if TYPE_CHECKING:

@@ -440,7 +440,7 @@ class Store:
         ``bounds`` (column -> declared bounds, from the policy) are enforced: each
         such column of an integer type or DOUBLE gets a CHECK constraint, so the
         table can never hold a value outside its bounds and DP queries need not
-        clamp it (:meth:`dpsql.query.engine.DuckDBEngine.enforced_bounds`). A value
+        clamp it (:meth:`dpsql.engines.local.DuckDBEngine.enforced_bounds`). A value
         outside its bounds refuses the import. Whether a column is enforced is thus
         the administrator's choice, never a fact about the rows (it shows in query
         times).
@@ -562,8 +562,9 @@ class Store:
         """Column name -> type of a dataset's table: the store's, or its engine's (read now)."""
         if ds.engine is None:
             return self.table_columns(ds.table)
-        from dpsql.interrupt import Interrupter
-        from dpsql.query.engine import EngineError, engine_for
+        from dpsql.engines import engine_for
+        from dpsql.engines.base import EngineError
+        from dpsql.engines.interrupt import Interrupter
 
         engine = engine_for(ds, self, Interrupter())
         try:

@@ -19,8 +19,8 @@ import numpy as np
 
 import dpsql
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.privacy import PrivacyCost
-from dpsql.source import bounded_relation
 from dpsql.synth import get
 
 ROOT = Path(__file__).resolve().parents[1]

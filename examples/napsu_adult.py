@@ -25,7 +25,7 @@ import statsmodels.formula.api as smf
 import dpsql
 from dpsql.analysis import fidelity, rubin
 from dpsql.domain import Domain
-from dpsql.source import bounded_relation
+from dpsql.engines.source import bounded_relation
 from dpsql.synth import get
 
 SAMPLE = Path(__file__).resolve().parents[1] / "dpsql" / "data" / "adult_sample.csv"

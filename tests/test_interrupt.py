@@ -9,8 +9,8 @@ import time
 import duckdb
 import pytest
 
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import QueryCanceled
-from dpsql.interrupt import Interrupter
 
 # 1.6e13 rows: weeks, so only an interrupt ends it
 ENDLESS = "SELECT count(*) FROM range(2000) a, range(2000) b, range(2000) c, range(2000) d"

@@ -22,8 +22,8 @@ import pytest
 
 import dpsql
 from dpsql import sandbox
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import OutOfMemory, QueryCanceled
-from dpsql.interrupt import Interrupter
 from dpsql.sandbox import Database, Sandboxes
 from dpsql.sandboxed import open_file
 from dpsql.store import HARDENED_CONFIG

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import dpsql
+from dpsql.engines.source import bounded_sql
 from dpsql.policy import Dataset
-from dpsql.source import bounded_sql
 from dpsql.store import Store
 
 GROUPS = ("a", "b", "c", "d", "e")

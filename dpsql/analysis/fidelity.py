@@ -204,9 +204,9 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
                      seed: int = 0) -> Evaluation:
     """Score release ``name`` (one copy) against the bounded real data (admins only; audited)."""
     from dpsql import provenance
+    from dpsql.engines.source import bounded_sql
     from dpsql.errors import ReleaseError
     from dpsql.release import COPY_COLUMN
-    from dpsql.source import bounded_sql
     from dpsql.store import check_identifier
 
     session.require_admin("evaluate a release against the real data")

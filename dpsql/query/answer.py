@@ -34,13 +34,15 @@ from sqlglot import exp
 
 from dpsql import public
 from dpsql.context import Context
+from dpsql.engines import engine_for
+from dpsql.engines.base import Engine, EngineError, Prepared
+from dpsql.engines.local import DuckDBEngine
 from dpsql.errors import ConfigurationError, InternalError, QueryCanceled, QueryRejected
 from dpsql.ledger import Ledger
 from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost, figure
 from dpsql.query import cache, meta
 from dpsql.query.dialect import nested_too_deeply, reject
-from dpsql.query.engine import DuckDBEngine, Engine, EngineError, Prepared, engine_for
 from dpsql.query.free import FreeDatabase
 from dpsql.query.model import SPREAD, QueryPlan
 from dpsql.query.options import (

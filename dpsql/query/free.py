@@ -41,7 +41,7 @@ import duckdb
 import pyarrow as pa
 
 from dpsql.domain import quote
-from dpsql.interrupt import Interrupter
+from dpsql.engines.interrupt import Interrupter
 from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.released import free_name
 from dpsql.sandbox import Database, Sandboxes, mib

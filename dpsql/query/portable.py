@@ -14,16 +14,9 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
+from dpsql.engines.base import unwrap
 from dpsql.errors import QueryRejected
 from dpsql.query.model import QueryPlan
-
-
-def unwrap(node: exp.Expr) -> exp.Expr:
-    """``node`` without the parentheses around it."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return node
-
 
 #: Operators on doubles that PostgreSQL and Spark (ANSI mode) raise on (overflow, division
 #: by zero) where DuckDB gives inf, NaN or NULL: an error after the charge would depend on

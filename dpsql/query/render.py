@@ -34,6 +34,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.domain import Attribute, clamp_sql, quote, sql_literal
+from dpsql.engines.source import bounded_sql
 from dpsql.noise import FixedPoint
 from dpsql.policy import Column
 from dpsql.privacy import Kind, PrivacyCost
@@ -43,7 +44,6 @@ from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, Join, Measure, QueryPlan
 from dpsql.query.predicates import total_numeric
 from dpsql.query.quantile import Grid, MeasureNoise, histograms, quantile_noise
-from dpsql.source import bounded_sql
 from dpsql.store import BOUNDABLE_TYPES
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
@@ -67,7 +67,7 @@ class Context:
 
     The store secret, the column types, whether the answer is exact (an
     unbounded budget: no noise, so a finer grid), and the bounds the database
-    itself enforces (:meth:`dpsql.query.engine.Engine.enforced_bounds`).
+    itself enforces (:meth:`dpsql.engines.base.Engine.enforced_bounds`).
     """
 
     secret: str

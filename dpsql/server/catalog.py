@@ -31,8 +31,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import OutOfMemory, QueryCanceled
-from dpsql.interrupt import Interrupter
 from dpsql.policy import Dataset
 from dpsql.sandbox import Database, Sandboxes, Setup
 from dpsql.sandboxed import open_file

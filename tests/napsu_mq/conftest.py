@@ -14,7 +14,7 @@ import pytest
 import dpsql
 from dpsql import _exact
 from dpsql.domain import Domain
-from dpsql.source import bounded_relation
+from dpsql.engines.source import bounded_relation
 from dpsql.store import Store
 from tests.conftest import ADULT_SAMPLE
 

@@ -9,9 +9,9 @@ import pytest
 
 import dpsql
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.policy import Policy
 from dpsql.privacy import budget_cost
-from dpsql.source import bounded_relation
 from dpsql.synth import get
 from dpsql.synth.napsu_mq import estimate
 

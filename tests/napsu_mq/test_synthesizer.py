@@ -15,9 +15,9 @@ import pytest
 
 import dpsql
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
-from dpsql.source import bounded_relation
 from dpsql.synth import FittedSynthesizer, Resumable, Synthesizer, get, spanning
 from dpsql.synth.measure import count_marginals
 from dpsql.synth.napsu_mq import DiagnosticsWarning, NapsuMQ, mst

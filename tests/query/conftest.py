@@ -14,7 +14,7 @@ import yaml
 
 import dpsql
 from dpsql import _exact
-from dpsql.query.engine import DuckDBEngine
+from dpsql.engines.local import DuckDBEngine
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 

@@ -18,9 +18,10 @@ import pytest
 
 import dpsql
 from dpsql import noise
+from dpsql.engines.base import EngineError
+from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
 from dpsql.privacy import PrivacyCost
 from dpsql.query import answer
-from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
 from dpsql.query.mechanisms import Noise
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY

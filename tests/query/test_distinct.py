@@ -20,14 +20,14 @@ from scipy.stats import beta
 
 import dpsql
 from dpsql import noise
+from dpsql.engines.local import _DuckDBPrepared
+from dpsql.engines.source import bounded_sql
 from dpsql.privacy import PrivacyCost
 from dpsql.query.dialect import DIALECT
-from dpsql.query.engine import _DuckDBPrepared
 from dpsql.query.mechanisms import Noise
 from dpsql.query.planner import plan_query
 from dpsql.query.render import Context, calibrate
 from dpsql.session import Session
-from dpsql.source import bounded_sql
 from tests.conftest import ADULT_POLICY
 from tests.query.conftest import charges, plain, with_budgets
 from tests.query.test_noise_scale import check_scale

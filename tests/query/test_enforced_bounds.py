@@ -18,7 +18,8 @@ import duckdb
 import pytest
 
 import dpsql
-from dpsql.query.engine import DuckDBEngine, between_bounds
+from dpsql.engines.base import between_bounds
+from dpsql.engines.local import DuckDBEngine
 from tests.conftest import ADULT_POLICY
 
 from .conftest import INFINITE, apply_adult_bounds, plain, table_policy, with_budgets

@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 import dpsql
+from dpsql.engines.source import bounded_sql
 from dpsql.policy import Policy
 from dpsql.query.dialect import DIALECT
 from dpsql.query.planner import plan_query
 from dpsql.session import Session
-from dpsql.source import bounded_sql
 from dpsql.store import Store
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import (

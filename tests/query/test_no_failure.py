@@ -32,9 +32,10 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 import dpsql
+from dpsql.engines.base import EngineError
+from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
 from dpsql.query import post
 from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
-from dpsql.query.engine import DuckDBEngine, EngineError, _DuckDBPrepared
 from dpsql.query.planner import plan_query
 from dpsql.query.predicates import Folder, RowChecker, _ends_with_escape
 from dpsql.query.render import Context, to_sql

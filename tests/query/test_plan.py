@@ -121,7 +121,7 @@ def test_clamping_maps_nan_and_infinities_into_bounds(session: Session) -> None:
 
 
 def _sql_of_bounded(session: Session) -> str:
-    from dpsql.source import bounded_sql
+    from dpsql.engines.source import bounded_sql
 
     return "SELECT * FROM " + bounded_sql(session.policy.dataset("t"), session.store.secret)
 

@@ -23,6 +23,11 @@ import yaml
 
 import dpsql
 from dpsql import provenance
+from dpsql.engines.base import EngineError
+from dpsql.engines.interrupt import Interrupter
+from dpsql.engines.local import DuckDBEngine
+from dpsql.engines.postgres import PostgresEngine, range_check
+from dpsql.engines.source import bounded_sql
 from dpsql.errors import (
     DPSQLError,
     InternalError,
@@ -31,12 +36,8 @@ from dpsql.errors import (
     QueryRejected,
     ReleaseError,
 )
-from dpsql.interrupt import Interrupter
 from dpsql.policy import Policy
-from dpsql.query.engine import DuckDBEngine, EngineError
-from dpsql.query.postgres import PostgresEngine, range_check
 from dpsql.release import ReleaseRequest
-from dpsql.source import bounded_sql
 from tests import pgcluster
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, charges, with_budgets

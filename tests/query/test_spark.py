@@ -24,6 +24,11 @@ import yaml
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'dpsql[spark]')")
 
 import dpsql
+from dpsql.engines.base import EngineError
+from dpsql.engines.interrupt import Interrupter
+from dpsql.engines.local import DuckDBEngine
+from dpsql.engines.source import bounded_sql
+from dpsql.engines.spark import SparkEngine, session, to_spark
 from dpsql.errors import (
     InternalError,
     PolicyError,
@@ -31,11 +36,7 @@ from dpsql.errors import (
     QueryRejected,
     ReleaseError,
 )
-from dpsql.interrupt import Interrupter
 from dpsql.policy import EngineSpec, Policy
-from dpsql.query.engine import DuckDBEngine, EngineError
-from dpsql.query.spark import SparkEngine, session, to_spark
-from dpsql.source import bounded_sql
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, with_budgets
 from tests.query.engine_corpus import (

@@ -16,12 +16,12 @@ import pytest
 
 import dpsql
 from dpsql import provenance
+from dpsql.engines.interrupt import Interrupter
+from dpsql.engines.source import bounded_relation
 from dpsql.errors import AccessDenied, BudgetExceeded, QueryCanceled, ReleaseError
-from dpsql.interrupt import Interrupter
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import silent
 from dpsql.release import FitSpec, ReleaseRequest, fit_and_sample
-from dpsql.source import bounded_relation
 from dpsql.synth import base
 
 from .conftest import release_policy

@@ -10,7 +10,7 @@ import numpy as np
 
 import dpsql
 from dpsql.domain import Domain
-from dpsql.source import bounded_relation
+from dpsql.engines.source import bounded_relation
 from dpsql.store import Store
 from dpsql.synth.sds import _encoded
 from dpsql.synth.sds.aggregates import Level

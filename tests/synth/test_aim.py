@@ -13,9 +13,9 @@ import dpsql
 from dpsql import synth
 from dpsql.analysis.fidelity import fetch_codes, score
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation, bounded_sql
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import PrivacyCost
-from dpsql.source import bounded_relation, bounded_sql
 from dpsql.synth import pgm
 from dpsql.synth.aim import AIM, MST
 from dpsql.synth.measure import Measurement, count_marginals

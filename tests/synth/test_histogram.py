@@ -10,9 +10,9 @@ from scipy import stats
 
 from dpsql import synth
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import PrivacyCost
-from dpsql.source import bounded_relation
 from dpsql.synth.histogram import (
     FittedHistogram,
     combine_row_estimates,

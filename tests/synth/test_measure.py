@@ -10,8 +10,8 @@ import pytest
 
 from dpsql import noise
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.privacy import PrivacyCost
-from dpsql.source import bounded_relation
 from dpsql.synth.measure import count_marginals, measure_marginals
 
 from ..conftest import ADULT_SAMPLE

@@ -11,9 +11,9 @@ from scipy import stats
 import dpsql
 from dpsql import synth
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
-from dpsql.source import bounded_relation
 from dpsql.synth.measure import count_marginals
 from dpsql.synth.range_tree import (
     aggregate,

@@ -92,7 +92,7 @@ def test_restored_model_samples_the_same_records(store_path: Path) -> None:
     import numpy as np
 
     from dpsql.domain import Domain
-    from dpsql.source import bounded_relation
+    from dpsql.engines.source import bounded_relation
     from dpsql.synth.sds import SDS
 
     with dpsql.connect(store_path, "admin") as admin:

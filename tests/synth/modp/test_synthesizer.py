@@ -15,9 +15,9 @@ from dp_accounting import rdp
 
 import dpsql
 from dpsql.domain import Domain
+from dpsql.engines.source import bounded_relation
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
-from dpsql.source import bounded_relation
 from dpsql.synth import FittedSynthesizer, Synthesizer, get
 from dpsql.synth.modp.accounting import FLOAT_MARGIN
 from dpsql.synth.modp.synthesizer import read_codes
