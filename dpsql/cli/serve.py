@@ -80,12 +80,13 @@ def url_file(port: int, url: str) -> Path:
                    "max_connections).")
 @click.option("--max-pending-logins", type=click.IntRange(min=1), default=64,
               show_default=True, help="Connections still logging in at once (they do not take "
-                                      "the slots of --max-clients).")
-@click.option("--max-pending-logins-per-address", type=click.IntRange(min=1), default=8,
-              show_default=True, help="Of those, from one client address (so one cannot take "
-                                      "the slots of the others).")
+                                      "the slots of --max-clients; when all are taken, a "
+                                      "newcomer takes the slot of one that waits).")
 @click.option("--login-timeout", type=click.FloatRange(min=0.1), default=10.0,
               show_default=True, help="Seconds a connection has to log in.")
+@click.option("--login-step-timeout", type=click.FloatRange(min=0.1), default=1.0,
+              show_default=True, help="Seconds a connection logging in has to send each "
+                                      "message (startup packet, each SASL step).")
 @click.option("--statement-timeout", type=click.FloatRange(min=0), default=300.0,
               show_default=True, help="Seconds a statement may run (0: no limit); clients may "
                                       "lower it with SET statement_timeout.")
@@ -111,7 +112,7 @@ def url_file(port: int, url: str) -> Path:
               default="info", show_default=True, help="Server log verbosity (stderr).")
 def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Path | None,
               allow_plaintext: bool, max_clients: int, max_pending_logins: int,
-              max_pending_logins_per_address: int, login_timeout: float,
+              login_timeout: float, login_step_timeout: float,
               statement_timeout: float, max_message_size: int, workers: int, console: bool,
               console_port: int, console_prefix_file: Path | None, free_query_memory: str | None,
               log_level: str) -> None:
@@ -140,8 +141,8 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
     config = ServerConfig(db=Path(db), host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,
                           allow_plaintext=allow_plaintext, max_clients=max_clients,
                           max_pending_logins=max_pending_logins,
-                          max_pending_logins_per_address=max_pending_logins_per_address,
-                          login_timeout=login_timeout, statement_timeout=statement_timeout,
+                          login_timeout=login_timeout, login_step_timeout=login_step_timeout,
+                          statement_timeout=statement_timeout,
                           max_message=max_message_size, workers=workers,
                           console_port=console_port if console else None,
                           console_prefix=console_prefix(console_prefix_file) if console else None,

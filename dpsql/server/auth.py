@@ -3,9 +3,10 @@
 Verifiers are stored as PostgreSQL does,
 ``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>``, so the server
 never holds a password. An unknown user goes through the same exchange as a
-known one with a mock salt derived from a server secret (the same salt on
-every attempt), so a client cannot tell an unknown user from a wrong
-password by the messages, their order or their number. Channel binding
+known one with a mock salt derived from a secret kept in the store (the same
+salt on every attempt, across restarts) and the iteration count most stored
+verifiers use, so a client cannot tell an unknown user from a wrong password
+by the messages, their order or their number. Channel binding
 (SCRAM-SHA-256-PLUS) is not offered.
 """
 
@@ -16,6 +17,7 @@ import hashlib
 import hmac
 import secrets
 import stringprep
+import threading
 import time
 import unicodedata
 from collections import Counter, OrderedDict
@@ -187,11 +189,20 @@ class ScramExchange:
         return f"v={_b64(server_signature)}".encode("ascii")
 
 
-def mock_verifier(user: str, secret: bytes) -> Verifier:
+def mock_verifier(user: str, secret: bytes, iterations: int = DEFAULT_ITERATIONS) -> Verifier:
     """A verifier for a user that does not exist: a stable salt, keys nobody can match."""
     salt = _hmac(secret, b"salt:" + user.encode("utf-8"))[:SALT_BYTES]
     keys = _hmac(secret, b"keys:" + user.encode("utf-8"))
-    return Verifier(DEFAULT_ITERATIONS, salt, keys, _hmac(keys, b"server"))
+    return Verifier(iterations, salt, keys, _hmac(keys, b"server"))
+
+
+def login_secret(store: Store) -> bytes:
+    """The key of the mock verifiers: derived from the store's secret, so the same at every start.
+
+    A key drawn at each start would give a made-up name a new salt after a
+    restart while a real user keeps theirs, and so tell them apart.
+    """
+    return _hmac(store.secret.encode("ascii"), b"dpsql: mock SCRAM verifiers")
 
 
 # -- credentials in the store ----------------------------------------------------------------
@@ -215,21 +226,27 @@ def set_password(store: Store, user: str, password: str, *,
     if iterations < DEFAULT_ITERATIONS:
         raise ConfigurationError(f"use at least {DEFAULT_ITERATIONS} iterations")
     verifier = Verifier.make(password, iterations=iterations).encode()
-    with store.transaction() as cur:
-        cur.execute("INSERT OR REPLACE INTO dpsql.credentials VALUES (?, ?, ?)",
-                    [user, verifier, now()])
-        _audit(store, user, "set", cur)
+    try:
+        with store.transaction() as cur:
+            cur.execute("INSERT OR REPLACE INTO dpsql.credentials VALUES (?, ?, ?)",
+                        [user, verifier, now()])
+            _audit(store, user, "set", cur)
+    finally:
+        store.state(_Credentials).forget()
 
 
 def remove_user(store: Store, user: str) -> bool:
     """Delete ``user``'s credential; returns whether there was one."""
-    with store.transaction() as cur:
-        row = cur.execute("SELECT count(*) FROM dpsql.credentials WHERE user_name = ?",
-                          [user]).fetchone()
-        cur.execute("DELETE FROM dpsql.credentials WHERE user_name = ?", [user])
-        found = bool(row and row[0])
-        if found:
-            _audit(store, user, "removed", cur)
+    try:
+        with store.transaction() as cur:
+            row = cur.execute("SELECT count(*) FROM dpsql.credentials WHERE user_name = ?",
+                              [user]).fetchone()
+            cur.execute("DELETE FROM dpsql.credentials WHERE user_name = ?", [user])
+            found = bool(row and row[0])
+            if found:
+                _audit(store, user, "removed", cur)
+    finally:
+        store.state(_Credentials).forget()
     return found
 
 
@@ -253,14 +270,80 @@ def list_users(store: Store) -> list[dict[str, object]]:
 def load_verifier(store: Store, user: str) -> Verifier | None:
     """The stored verifier of a user in the active policy, or None.
 
-    The credentials table is read for every name, so that a known user and an
-    unknown one take the same path (and about the same time).
+    The credentials table and the policy are read for every name, so that a
+    known user and an unknown one take the same path (and about the same time).
     """
     row = store.cursor().execute("SELECT verifier FROM dpsql.credentials WHERE user_name = ?",
                                  [user]).fetchone()
-    if row is None or user not in store.active_policy().users:
+    declared = user in store.active_policy().users
+    if row is None or not declared:
         return None
     return Verifier.parse(row[0])
+
+
+class _Credentials:
+    """The credentials table as the logins of this process read it: once per change.
+
+    Only :func:`set_password` and :func:`remove_user` write it (a served store's
+    commands run in the server's process), and they :meth:`forget` it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: list[tuple[str, str]] | None = None
+        self._generation = 0  # a read that began before a change is not kept
+
+    def rows(self, store: Store) -> list[tuple[str, str]]:
+        """Every (user name, stored verifier)."""
+        with self._lock:
+            rows, generation = self._rows, self._generation
+        if rows is None:
+            found = store.cursor().execute("SELECT user_name, verifier FROM dpsql.credentials "
+                                           "ORDER BY user_name").fetchall()
+            rows = [(str(name), str(text)) for name, text in found]
+            with self._lock:
+                if self._generation == generation:
+                    self._rows = rows
+        return rows
+
+    def forget(self) -> None:
+        """The table changed (or may have): read it again next time."""
+        with self._lock:
+            self._rows = None
+            self._generation += 1
+
+
+def _iterations(text: str) -> int | None:
+    """The iteration count of a stored verifier, or None when it has none."""
+    try:
+        return int(text.split("$")[1].split(":")[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def login_verifier(store: Store, user: str, secret: bytes) -> tuple[Verifier, bool]:
+    """The verifier a SQL login of ``user`` runs against, and whether it is genuine.
+
+    An unknown name (no credential, or not in the active policy) gets the mock
+    verifier of :func:`mock_verifier` keyed by ``secret`` (:func:`login_secret`),
+    with the iteration count most stored verifiers use (ties: the lowest), so it
+    looks like a real user's. Every name takes the same steps: the whole
+    credentials table walked (read from the store once per change), the policy,
+    a mock verifier made and a verifier parsed.
+    """
+    rows = store.state(_Credentials).rows(store)
+    counts: Counter[int] = Counter()
+    stored: str | None = None
+    for name, text in rows:
+        counts[_iterations(text) or 0] += 1
+        stored = text if name == user else stored
+    declared = user in store.active_policy().users
+    counts.pop(0, None)
+    iterations = min(counts, key=lambda i: (-counts[i], i)) if counts else DEFAULT_ITERATIONS
+    mock = mock_verifier(user, secret, iterations)
+    parsed = Verifier.parse(stored if stored is not None else mock.encode())
+    genuine = stored is not None and declared
+    return (parsed if genuine else mock), genuine
 
 
 # -- failed-login backoff -------------------------------------------------------------------
@@ -270,27 +353,24 @@ def load_verifier(store: Store, user: str) -> Verifier | None:
 class _Failures:
     count: int = 0
     last: float = 0.0
-    until: float = 0.0  # attempts are refused (a pair) or held (an address) before this time
+    until: float = 0.0  # a pair's refusal or held answer, an address's hold, ends then
 
 
 class LoginBackoff:
-    """Failed logins: refusals per (user name, client address), slower failures per address.
+    """Failed logins, counted per (user name, client address) and per address over all names.
 
-    After ``free`` failures in a row a pair is refused for ``base`` seconds,
-    doubling with each further failure up to ``ceiling``; a success, or
-    ``forget`` seconds without a failure, clears it. A name refused at one
-    address still logs in from another, and other names from that address.
-    Every name counts, known or not, so refusals tell nothing about which
-    users exist.
+    After ``free`` failures in a row a pair waits ``base`` seconds, doubling with
+    each further failure up to ``ceiling``; a success, or ``forget`` seconds
+    without a failure, clears it. After ``free_per_host`` failures of an
+    address over all names, each further one waits :meth:`hold` seconds
+    (``base``, doubling up to ``hold_ceiling``). Every name counts, known or not,
+    so what follows a failure tells nothing about which users exist.
 
-    An address's failures over all names never refuse anyone: that would let
-    made-up names lock every user of the address out. After ``free_per_host``
-    of them, each further failure from it is answered only after :meth:`hold`
-    seconds (``base``, doubling up to ``hold_ceiling``), while the server keeps
-    that attempt's login slot: with the per-address cap on login slots this
-    bounds how fast one address can guess, and a correct password is never
-    held. Known and unknown names count alike here too: a count of unknown
-    names only would change the hold, and so tell, when a name does not exist.
+    The wire server never refuses a login for failures: it checks every proof,
+    lets a right one in at once, and answers a wrong one only after
+    :meth:`delay`, the longer of the pair's wait and the address's hold. The
+    console refuses a pair while :meth:`wait` is above 0 (an address's failures
+    refuse nobody there either).
 
     At most ``capacity`` pairs and addresses are kept, the least recently
     failed dropped first, so a flood of names cannot exhaust memory. Not
@@ -328,10 +408,22 @@ class LoginBackoff:
         entry = self._current((None, host))
         return max(0.0, entry.until - self._clock()) if entry is not None else 0.0
 
+    def delay(self, user: str, host: str) -> float:
+        """Seconds to hold the answer to the failure of ``user`` from ``host`` just counted.
+
+        The longer of the pair's wait and the address's hold, at most ``hold_ceiling``.
+        """
+        return min(self.hold_ceiling, max(self.wait(user, host), self.hold(host)))
+
+    def failures(self, user: str | None, host: str) -> int:
+        """Failures in a row of ``user`` from ``host`` (``user`` None: of the address)."""
+        entry = self._current((user, host))
+        return entry.count if entry is not None else 0
+
     def failed(self, user: str, host: str) -> None:
         """Record a failed login (call it before :meth:`hold`, which then counts it).
 
-        The pair's refusal starts when the held answer is given, not before.
+        The pair's wait starts when the held answer is given, not before.
         """
         now = self._clock()
         address = self._count((None, host), now, now, self.free_per_host, self.hold_ceiling)
@@ -356,45 +448,155 @@ class LoginBackoff:
         self._failures.pop((user, host), None)
 
 
+# -- the pace of guesses -----------------------------------------------------------------------
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    stamp: float  # when ``tokens`` was counted
+
+
+class GuessGate:
+    """When a proof of a name may be checked: at most so many failures of a name a second.
+
+    Each name (known or not, over all addresses) holds ``per_name`` tokens,
+    refilled at ``name_rate`` a second. A failed proof spends one (down to as
+    far below zero as the bucket's size). A proof is checked when its name has
+    one (:meth:`turn` is 0); until then it waits, but the server checks it
+    anyway after a bounded wait, so a right password always gets in. A success
+    spends nothing. At most ``capacity`` names are kept, the least recently
+    spent dropped first (as if full again). Not thread-safe (the event loop's).
+    """
+
+    def __init__(self, *, per_name: int = 5, name_rate: float = 1.0, capacity: int = 10_000,
+                 clock: Callable[[], float] | None = None) -> None:
+        self.size = float(per_name)
+        self.rate = name_rate
+        self.capacity = capacity
+        self._clock = clock or time.monotonic
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+
+    def _tokens(self, user: str, now: float) -> float:
+        bucket = self._buckets.get(user)
+        if bucket is None:
+            return self.size
+        return min(self.size, bucket.tokens + (now - bucket.stamp) * self.rate)
+
+    def turn(self, user: str) -> float:
+        """Seconds until a proof of ``user`` may be checked (0: now)."""
+        tokens = self._tokens(user, self._clock())
+        return 0.0 if tokens >= 1 else (1 - tokens) / self.rate
+
+    def spend(self, user: str) -> None:
+        """A proof of ``user`` was checked and failed."""
+        now = self._clock()
+        self._buckets[user] = _Bucket(max(-self.size, self._tokens(user, now) - 1), now)
+        self._buckets.move_to_end(user)
+        while len(self._buckets) > self.capacity:
+            self._buckets.popitem(last=False)
+
+
 # -- login slots -----------------------------------------------------------------------------
 
 
-class LoginSlots:
-    """Slots of the connections still logging in: ``total``, and ``per_address`` for one address.
+@dataclass
+class _Slot:
+    host: str
+    state: str
+    since: float  # when it entered ``state``
+    order: int  # ties of ``since``: the later, the larger
+    spoke: bool = False  # its client has sent a message
 
-    A connection holds one from accept until it has logged in or closed. Without
-    the cap per address, one stranger's idle sockets (re-opened at every login
-    timeout) would hold them all and keep every login out; with it, an address
-    can only crowd out its own logins. Used from the event loop only.
+
+class LoginSlots:
+    """The ``total`` slots of the connections still logging in, none kept for an idle one.
+
+    A connection holds one from accept until it has logged in, closed or gone
+    to wait for its turn (the server's :class:`GuessGate`), and is always in
+    one state: waiting for its client's next message (CLIENT), its failure's
+    answer held back (HELD), or the server working for it (SERVER). When all
+    are taken, a newcomer gets the slot of a connection dropped to make room
+    (:meth:`_rank`): one whose failure's answer is held (it is given at once),
+    else one silent for more than ``grace`` seconds since it connected, else
+    the one that has waited longest for its client (a client answers within a
+    round trip; an idle socket only gets older). Only when every slot is the
+    server's own work is a newcomer refused. There is no share per address:
+    clients of 127.0.0.1 or behind one NAT share one, and a burst of them must
+    all get in. Used from the event loop only.
     """
 
-    TOTAL = "total"  # why a slot was refused: all of them are taken
-    ADDRESS = "address"  # the address holds its share
+    CLIENT = "client"
+    HELD = "held"
+    SERVER = "server"
 
-    def __init__(self, total: int, per_address: int) -> None:
+    def __init__(self, total: int, grace: float = 0.25,
+                 clock: Callable[[], float] | None = None) -> None:
         self.total = total
-        self.per_address = per_address
-        self._hosts: dict[int, str] = {}  # pid -> client address
-        self._per_host: Counter[str] = Counter()
+        self.grace = grace
+        self._clock = clock or time.monotonic
+        self._slots: dict[int, _Slot] = {}  # pid -> its slot
+        self._order = 0
 
-    def take(self, pid: int, host: str) -> str | None:
-        """Give connection ``pid`` from ``host`` a slot; None, or why not (TOTAL, ADDRESS)."""
-        if len(self._hosts) >= self.total:
-            return self.TOTAL
-        if self._per_host[host] >= self.per_address:
-            return self.ADDRESS
-        self._hosts[pid] = host
-        self._per_host[host] += 1
+    def take(self, pid: int, host: str,
+             heard: Callable[[int], bool] | None = None) -> list[int] | None:
+        """Give connection ``pid`` from ``host`` a slot (waiting for its client).
+
+        Returns the pids dropped to make room (their slots are already free: drop
+        those connections), or None when every slot is the server's work.
+        ``heard(pid)`` tells whether a connection's next message has arrived and
+        waits to be read: the server is behind, not the client, so it is kept.
+        """
+        dropped = []
+        if len(self._slots) >= self.total:
+            victim = self._victim(heard or (lambda pid: False))
+            if victim is None:
+                return None
+            del self._slots[victim]
+            dropped.append(victim)
+        self._slots[pid] = _Slot(host, self.CLIENT, 0.0, 0)
+        self.mark(pid, self.CLIENT)
+        return dropped
+
+    def mark(self, pid: int, state: str) -> None:
+        """``pid`` enters ``state`` now (nothing if it holds no slot)."""
+        slot = self._slots.get(pid)
+        if slot is not None:
+            self._order += 1
+            slot.state, slot.since, slot.order = state, self._clock(), self._order
+            slot.spoke = slot.spoke or state != self.CLIENT
+
+    def _victim(self, heard: Callable[[int], bool]) -> int | None:
+        """The connection to drop: the first of the lowest rank (see :meth:`_rank`), or None."""
+        now = self._clock()
+        ranked = [(rank, pid) for pid, slot in self._slots.items()
+                  if (rank := self._rank(slot, now, heard(pid))) is not None]
+        return min(ranked)[1] if ranked else None
+
+    def _rank(self, slot: _Slot, now: float, heard: bool) -> tuple[int, float, int] | None:
+        """Where ``slot`` stands in line to be dropped (lowest first; None: never).
+
+        The held, oldest first; those silent since they connected, more than
+        ``grace`` seconds ago, oldest first; the others waiting for their client,
+        oldest first (a client just connected is the newest). A client whose
+        message has come and waits to be read is the server's turn.
+        """
+        if slot.state == self.HELD:
+            return (0, slot.since, slot.order)
+        if slot.state == self.CLIENT and not heard:
+            idle = not slot.spoke and now - slot.since > self.grace
+            return (1 if idle else 2, slot.since, slot.order)
         return None
 
     def release(self, pid: int) -> None:
         """Free ``pid``'s slot (logged in or closed); nothing if it holds none."""
-        host = self._hosts.pop(pid, None)
-        if host is not None:
-            self._per_host[host] -= 1
-            if not self._per_host[host]:
-                del self._per_host[host]
+        self._slots.pop(pid, None)
 
     def held(self, host: str | None = None) -> int:
         """Slots held now, in all or by ``host``."""
-        return len(self._hosts) if host is None else self._per_host[host]
+        return sum(1 for slot in self._slots.values() if host is None or slot.host == host)
+
+    def state(self, pid: int) -> str | None:
+        """The state of ``pid``'s slot, or None when it holds none."""
+        slot = self._slots.get(pid)
+        return slot.state if slot is not None else None

@@ -11,11 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import secrets
 import ssl
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -129,28 +128,53 @@ class Connection:
         self._pending: asyncio.Future[Any] | None = None
         self._abandoned = threading.Event()  # set to stop the current statement's work
         self._cancel = asyncio.Event()
+        self._login: asyncio.Task[tuple[str, dict[str, str]] | None] | None = None
+        self.dropped = False  # its login slot went to a newcomer
+        self._awaiting_client = True  # for its client's next login message (from accept on)
+        self._lingers = False  # dropped, it stays open until its login would have timed out
+        self._failure: str | None = None  # the answer held back after a failed proof
 
     # -- lifecycle -------------------------------------------------------------------------
     async def serve(self) -> None:
         """Serve until the client leaves, breaks the protocol or the server stops.
 
         Until it has logged in, a connection holds one of the server's few login
-        slots (not a client slot; an address has its share of them) and must
-        finish within the login timeout.
+        slots (not a client slot), which a newcomer may take when they are all
+        taken and this one waits (see :class:`~dpsql.server.auth.LoginSlots`); it
+        must send each message within the login step timeout and finish within
+        the login timeout.
         """
         config = self.server.config
         try:
-            refused = self.server.register(self)
-            if refused is not None:
-                origin = " from your address" if refused == auth.LoginSlots.ADDRESS else ""
-                await self._fatal("53300", f"sorry, too many connections are logging in{origin}"
-                                  " at once; try again in a few seconds")
+            if not self.server.register(self):
+                await self._fatal("53300", "sorry, too many connections are logging in at "
+                                  "once; try again in a few seconds")
                 return
-            login = await asyncio.wait_for(self._startup(), config.login_timeout)
+            self._login = asyncio.ensure_future(self._startup())
+            done, _ = await asyncio.wait({self._login}, timeout=config.login_timeout)
+            if not done:
+                self._login.cancel()
+                await asyncio.wait({self._login})
+            if self.dropped:  # its slot went to a newcomer
+                log.debug("connection from %s: its login slot went to a newcomer", self.host)
+                if not self._login.cancelled():
+                    self._login.exception()  # retrieved: ConnectionClosed, or the step's end
+                if self._failure is not None:  # the answer it was held for, now
+                    await self._fatal("28P01", self._failure)
+                else:
+                    await self._fatal("53300", "sorry, too many connections are logging in at "
+                                      "once; try again in a few seconds")
+                return
+            if not done:
+                log.info("connection from %s: login timed out", self.host)
+                return
+            if self._login.cancelled():  # the server is stopping (terminate)
+                return
+            login = self._login.result()
             if login is not None and await self._open_session(*login):
                 await self._loop()
         except asyncio.TimeoutError:
-            log.info("connection from %s: login timed out", self.host)
+            log.info("connection from %s: a login step timed out", self.host)
         except m.ProtocolViolation as err:
             log.info("connection from %s closed: %s", self.host, err)
             await self._fatal(err.sqlstate, str(err))
@@ -167,6 +191,8 @@ class Connection:
 
     async def _cleanup(self) -> None:
         self.server.unregister(self)
+        if self._login is not None and not self._login.done():  # serve() itself was cancelled
+            self._login.cancel()
         if self._pending is not None and not self._pending.done():
             self._stop_statement()  # the client has gone: nobody waits for the answer
             with contextlib.suppress(Exception):
@@ -189,6 +215,8 @@ class Connection:
 
     async def terminate(self, message: str) -> None:
         """Tell the client the server is shutting down, then close."""
+        if self._login is not None:  # a held or waiting login ends too
+            self._login.cancel()
         await self._fatal("57P01", message)
         self.writer.close()
 
@@ -203,18 +231,39 @@ class Connection:
         """A CancelRequest for this connection arrived: stop the running statement."""
         self._cancel.set()
 
+    def heard(self) -> bool:
+        """Whether bytes from the client wait to be read (the server is behind, not the client)."""
+        return bool(getattr(self.reader, "_buffer", b""))  # StreamReader has no public look
+
+    def drop(self) -> None:
+        """Its login slot went to a newcomer: stop logging in (serve() says why and closes).
+
+        One waiting for its client is closed only when its login would have timed
+        out, whatever it sends meanwhile: a client that re-opens each closed socket at
+        once cannot turn one drop into a chain of them, and each of its sockets made to
+        make room is out of its hands that long. (At most ``server.max_lingering`` wait
+        so, so that they cannot take all the file descriptors either.)
+        """
+        server = self.server
+        self.dropped = True
+        if self._awaiting_client and server.lingering < server.max_lingering:
+            server.lingering += 1
+            self._lingers = True
+        elif self._login is not None:
+            self._login.cancel()
+
     # -- startup and login -------------------------------------------------------------------
     async def _startup(self) -> tuple[str, dict[str, str]] | None:
         """Startup packet and SCRAM login: the user and the client's parameters, or None."""
         tls = False
         while True:
-            packet = m.decode_startup(await m.read_startup(self.reader))
+            packet = m.decode_startup(await self._step(m.read_startup(self.reader)))
             if packet.kind == "ssl":
                 context = self.server.tls_context
                 if context is not None and not tls:
                     self.writer.write(b"S")
                     await self.writer.drain()
-                    await self.writer.start_tls(context)  # type: ignore[attr-defined]  # 3.11+
+                    await self._step(self.writer.start_tls(context))  # type: ignore[attr-defined]
                     tls = True
                 else:
                     self.writer.write(b"N")
@@ -249,20 +298,54 @@ class Connection:
             return None
         return user, params
 
+    async def _step(self, awaitable: Awaitable[T]) -> T:
+        """Wait for the client's next login message (or TLS handshake), a step timeout at most.
+
+        Meanwhile the connection waits for its client: a newcomer may take its slot.
+        """
+        logins = self.server.logins
+        logins.mark(self.pid, logins.CLIENT)
+        self._awaiting_client = True
+        try:
+            result = await asyncio.wait_for(awaitable, self.server.config.login_step_timeout)
+        finally:
+            self._awaiting_client = False
+            if self._lingers:
+                await self._linger()
+        if self.dropped:
+            raise ConnectionClosed("its login slot went to a newcomer")
+        logins.mark(self.pid, logins.SERVER)
+        return result
+
+    async def _linger(self) -> None:
+        """Dropped: stay open until the login timer ends it, unless the client has left."""
+        try:
+            if not self.reader.at_eof():
+                await asyncio.Event().wait()  # serve()'s login timer cancels it
+        finally:
+            self._lingers = False
+            self.server.lingering -= 1
+
     async def _authenticate(self, user: str) -> bool:
+        """SCRAM-SHA-256 for ``user``: every proof is checked, a right one always gets in.
+
+        Failures never refuse a login: a wrong proof is answered late (the pair's
+        and the address's :meth:`~dpsql.server.auth.LoginBackoff.delay`), and a
+        proof waits for its turn (:class:`~dpsql.server.auth.GuessGate`) at most
+        ``server.login_wait`` seconds. Once the salt is sent, an exchange that ends
+        without a proof checked (the client left, stalled or broke the protocol)
+        counts and is logged as a failure too, though it spends no turn (it guessed
+        nothing, and must not slow the name's owner).
+        """
         server = self.server
-        wait = server.backoff.wait(user, self.host)
-        if wait > 0:
-            await self._fatal("28P01", f'too many failed logins for user "{user}" from this '
-                              f"address; try again in {math.ceil(wait)} s")
-            return False
-        verifier = await self._run(auth.load_verifier, server.store, user)
-        exchange = auth.ScramExchange(verifier or auth.mock_verifier(user, server.secret),
-                                      genuine=verifier is not None)
+        verifier, genuine = await self._run(auth.login_verifier, server.store, user,
+                                            server.secret)
+        exchange = auth.ScramExchange(verifier, genuine=genuine)
         self.writer.write(m.auth_sasl([auth.MECHANISM]))
         await self.writer.drain()
+        salted = checked = False
         try:
-            kind, payload = await m.read_message(self.reader, AUTH_MESSAGE_LIMIT)
+            kind, payload = await self._step(m.read_message(self.reader, AUTH_MESSAGE_LIMIT))
             if kind != b"p":
                 raise m.ProtocolViolation("expected a SASL response")
             mechanism, first = m.decode_sasl_initial(payload)
@@ -270,23 +353,66 @@ class Connection:
                 raise m.ProtocolViolation("client selected an invalid SASL authentication "
                                           "mechanism")
             self.writer.write(m.auth_sasl_continue(exchange.first(first)))
+            salted = True
             await self.writer.drain()
-            kind, payload = await m.read_message(self.reader, AUTH_MESSAGE_LIMIT)
+            kind, payload = await self._step(m.read_message(self.reader, AUTH_MESSAGE_LIMIT))
             if kind != b"p":
                 raise m.ProtocolViolation("expected a SASL response")
+            await self._turn(user)
+            checked = True
             final = exchange.final(payload)
         except auth.AuthFailed:
-            server.backoff.failed(user, self.host)
-            log.warning("failed login for user %r from %s", user, self.host)
-            # Held in its login slot, whatever the client does: an address that fails
-            # often can only guess as fast as its share of slots allows.
-            await asyncio.sleep(max(server.config.failed_login_delay,
-                                    server.backoff.hold(self.host)))
-            await self._fatal("28P01", f'password authentication failed for user "{user}"')
+            self._count_failure(user, "failed")
+            if checked:  # a guess: it spends one of the name's turns
+                server.gate.spend(user)
+            await self._hold_failure(user)
             return False
+        except BaseException:
+            if salted and not self.dropped:
+                self._count_failure(user, "abandoned")
+            raise
         server.backoff.succeeded(user, self.host)
         self.writer.write(m.auth_sasl_final(final) + m.auth_ok())
         return True
+
+    async def _turn(self, user: str) -> None:
+        """Wait until a proof of ``user`` may be checked, ``login_wait`` seconds at most.
+
+        It waits out of the login slots, among at most ``max_waiting_turn`` others:
+        past that, it or another is turned away unchecked (only a flood of guesses
+        fills them; see :meth:`~dpsql.server.server.Server.wait_turn`).
+        """
+        server, loop = self.server, asyncio.get_running_loop()
+        if server.gate.turn(user) <= 0:
+            return
+        if not server.wait_turn(self):
+            self.dropped = True  # serve() says so
+            raise ConnectionClosed("too many proofs wait for their turn")
+        try:
+            deadline = loop.time() + server.login_wait
+            while (wait := server.gate.turn(user)) > 0 and loop.time() < deadline:
+                await asyncio.sleep(min(wait, deadline - loop.time()))
+        finally:
+            server.turn_done(self)
+
+    def _count_failure(self, user: str, how: str) -> None:
+        """Count a failed (or abandoned) exchange of ``user``: same count, known name or not."""
+        self.server.backoff.failed(user, self.host)
+        log.warning("%s login for user %r from %s", how, user, self.host)
+
+    async def _hold_failure(self, user: str) -> None:
+        """Answer a wrong proof, after the delay its name and address have earned.
+
+        The slot stays taken meanwhile, first in line for a newcomer (which then
+        gets this answer sent at once): a held answer never keeps anyone out.
+        """
+        server = self.server
+        self._failure = f'password authentication failed for user "{user}"'
+        server.logins.mark(self.pid, server.logins.HELD)
+        await asyncio.sleep(max(server.config.failed_login_delay,
+                                server.backoff.delay(user, self.host)))
+        server.logins.release(self.pid)  # nothing left to do for this login but say so
+        await self._fatal("28P01", self._failure)
 
     async def _open_session(self, user: str, params: dict[str, str]) -> bool:
         server = self.server

@@ -17,6 +17,7 @@ import secrets
 import signal
 import ssl
 import sys
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from dpsql.jobs import jobs
 from dpsql.sandbox import Sandboxes
 from dpsql.server import procedure
 from dpsql.server.admin import AdminChannel
-from dpsql.server.auth import LoginBackoff, LoginSlots
+from dpsql.server.auth import GuessGate, LoginBackoff, LoginSlots, login_secret
 from dpsql.server.catalog import CatalogSource
 from dpsql.server.connection import Connection
 from dpsql.server.router import StatementHandler
@@ -54,14 +55,15 @@ class ServerConfig:
     allow_plaintext: bool = False
     max_clients: int = 200  # logged-in connections
     max_pending_logins: int = 64  # connections still logging in (their own slots)
-    max_pending_logins_per_address: int = 8  # of those, from one client address
     login_timeout: float = 10.0  # seconds from connecting to logged in
+    login_step_timeout: float = 1.0  # seconds for each message of the client's before that
     statement_timeout: float = 300.0  # seconds; 0 means none
     max_message: int = 1 << 20
     workers: int = 8
     failed_login_delay: float = 0.5
-    login_failures_free: int = 5  # per (user, address), then refusals from 1 s, doubling
-    login_failures_free_per_host: int = 50  # then failures from the address are held
+    login_failures_free: int = 5  # per name (then it waits its turn), and per (name, address)
+    login_failures_free_per_host: int = 50  # per address: then its failures are answered later
+    login_guesses_per_second: float = 1.0  # proofs of a name checked, once its free ones are spent
     console_port: int | None = None  # the admins' web console on 127.0.0.1 (None: off)
     console_prefix: str | None = None  # its secret path prefix (None: a random one)
     free_query_memory: int | None = None  # bytes a free or catalog query's sandbox may map
@@ -78,18 +80,27 @@ class Server:
                  handler_factory: Callable[[Session], StatementHandler] | None = None) -> None:
         self.config = config
         self.handler_factory = handler_factory or _default_handler
-        self.secret = secrets.token_bytes(32)
         self.started = datetime.now(timezone.utc).isoformat()
-        # A held failure must end before the login timer does, or it would not be answered.
+        # A held failure, or a proof waiting for its turn, must end before the login timer
+        # does, or it would not be answered.
+        self.login_wait = min(5.0, config.login_timeout / 2)
         self.backoff = LoginBackoff(free=config.login_failures_free,
                                     free_per_host=config.login_failures_free_per_host,
-                                    hold_ceiling=min(5.0, config.login_timeout / 2))
-        self.logins = LoginSlots(config.max_pending_logins,
-                                 config.max_pending_logins_per_address)
+                                    ceiling=self.login_wait, hold_ceiling=self.login_wait)
+        self.gate = GuessGate(per_name=config.login_failures_free,
+                              name_rate=config.login_guesses_per_second)
+        self._waiting_turn: dict[int, Connection] = {}  # proofs waiting for their turn
+        self.max_waiting_turn = config.max_pending_logins  # (out of the login slots)
+        # A client sends its startup packet at once: one silent for a quarter of a step's
+        # time is an idle socket, the first to make room for a newcomer.
+        self.logins = LoginSlots(config.max_pending_logins, grace=config.login_step_timeout / 4)
+        self.lingering = 0  # dropped connections not yet closed (Connection.drop)
+        self.max_lingering = 4 * config.max_pending_logins
         self.executor = ThreadPoolExecutor(max_workers=config.workers,
                                            thread_name_prefix="dpsql-serve")
         self.tls_context = _tls_context(config)
         self.store: Store = Store.open(config.db)
+        self.secret = login_secret(self.store)  # the same at every start (mock salts)
         sandboxes = self.store.state(Sandboxes)  # free and catalog queries run there
         if config.free_query_memory is not None:
             try:
@@ -113,12 +124,54 @@ class Server:
         self._next_pid += 1
         return self._next_pid
 
-    def register(self, connection: Connection) -> str | None:
-        """Count a new connection in a login slot; None, or why not (see :class:`LoginSlots`)."""
-        refused = self.logins.take(connection.pid, connection.host)
-        if refused is None:
-            self._connections[connection.pid] = connection
-        return refused
+    def register(self, connection: Connection) -> bool:
+        """Give a new connection a login slot, dropping another to make room if need be.
+
+        False when every slot is the server's own work (see :class:`LoginSlots`).
+        """
+        dropped = self.logins.take(connection.pid, connection.host, self._heard)
+        if dropped is None:
+            return False
+        for pid in dropped:
+            victim = self._connections.get(pid)
+            if victim is not None:
+                victim.drop()
+        self._connections[connection.pid] = connection
+        return True
+
+    @property
+    def waiting_turn(self) -> int:
+        """Proofs waiting for their turn now."""
+        return len(self._waiting_turn)
+
+    def wait_turn(self, connection: Connection) -> bool:
+        """Let a connection's proof wait for its turn, out of the login slots; False: turned away.
+
+        When ``max_waiting_turn`` wait already, the address with the most of them
+        gives one up: the newcomer itself, if it comes from there, else that
+        address's newest (dropped). A guesser's flood from one address so crowds
+        out its own proofs, not another address's.
+        """
+        if len(self._waiting_turn) >= self.max_waiting_turn:
+            count = Counter(c.host for c in self._waiting_turn.values())
+            most = max(count.values())
+            if count[connection.host] == most:
+                return False
+            host = next(h for h, n in count.items() if n == most)
+            victim = [c for c in self._waiting_turn.values() if c.host == host][-1]
+            del self._waiting_turn[victim.pid]
+            victim.drop()
+        self.logins.release(connection.pid)
+        self._waiting_turn[connection.pid] = connection
+        return True
+
+    def turn_done(self, connection: Connection) -> None:
+        """A connection's proof no longer waits (its turn came, or it ended)."""
+        self._waiting_turn.pop(connection.pid, None)
+
+    def _heard(self, pid: int) -> bool:
+        connection = self._connections.get(pid)
+        return connection is not None and connection.heard()
 
     def log_in(self, connection: Connection, user: str) -> bool:
         """Move an authenticated connection to a client slot; False when they are full."""

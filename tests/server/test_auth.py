@@ -125,21 +125,191 @@ def test_login_backoff_keeps_bounded_memory():
     assert len(backoff._failures) == 100
 
 
-def test_login_slots_are_shared_out_by_address():
-    slots = auth.LoginSlots(total=5, per_address=2)
-    assert [slots.take(pid, "10.0.0.1") for pid in (1, 2, 3)] == [None, None, "address"]
-    assert slots.take(4, "10.0.0.2") is None  # another address still gets one
-    assert slots.take(5, "10.0.0.3") is None
-    assert slots.take(6, "10.0.0.3") is None
-    assert slots.take(7, "10.0.0.4") == "total"  # the global cap stays
-    slots.release(1)
-    slots.release(1)  # twice (logged in, then closed): freed once
-    assert (slots.held(), slots.held("10.0.0.1")) == (4, 1)
-    assert slots.take(8, "10.0.0.1") is None
-    for pid in (2, 4, 5, 6, 8):
+class Clock:
+    """A clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_newcomer_takes_the_slot_of_the_longest_idle_connection():
+    # Red team F4: with every login slot taken by idle sockets (8 of them at 127.0.0.1, or
+    # 64 over 127.0.0.2-9), each re-opened as soon as it was closed, every login was refused.
+    clock = Clock()
+    slots = auth.LoginSlots(total=3, clock=clock)
+    for pid in (1, 2, 3):  # idle sockets, all from one address
+        assert slots.take(pid, "127.0.0.1") == []
+        clock.now += 1
+    assert slots.take(4, "127.0.0.1") == [1]  # the newcomer gets in: the oldest idle goes
+    assert (slots.held(), slots.held("127.0.0.1")) == (3, 3)
+    slots.mark(2, slots.SERVER)  # a legitimate client sent its startup packet...
+    slots.mark(2, slots.CLIENT)  # ... and waits a round trip for its client
+    clock.now += 1
+    assert slots.take(5, "127.0.0.1") == [3]  # those silent since they came go first
+    assert slots.take(6, "127.0.0.1") == [4]
+    # Then the one that has waited longest for its client: 5 and 6 have only just come.
+    assert slots.take(7, "127.0.0.2") == [2]
+    slots.release(2)  # dropped, then closed: nothing to free twice
+    assert slots.held() == 3
+
+
+def test_login_slots_drop_the_held_then_the_idle_never_the_servers_work():
+    clock = Clock()
+    slots = auth.LoginSlots(total=4, grace=0.5, clock=clock)
+    for pid, state in ((1, slots.CLIENT), (2, slots.SERVER), (3, slots.CLIENT), (4, slots.HELD)):
+        assert slots.take(pid, "10.0.0.1") == []
+        slots.mark(pid, slots.SERVER)  # each spoke
+        slots.mark(pid, state)
+        clock.now += 1
+    assert slots.take(5, "10.0.0.2") == [4]  # a held failure goes first (answered at once)
+    assert slots.take(6, "10.0.0.3", heard=lambda pid: pid == 1) == [3]  # 1's message came
+    assert slots.take(7, "10.0.0.4") == [1]
+    clock.now += 0.2
+    # 5, 6 and 7 have just connected and not spoken yet: the oldest goes, and the
+    # one that spoke is never dropped before one silent since it connected, long ago.
+    assert slots.take(8, "10.0.0.5") == [5]
+    clock.now += 1
+    slots.mark(6, slots.SERVER)
+    slots.mark(6, slots.CLIENT)
+    assert slots.take(9, "10.0.0.5") == [7]  # silent for a second: before 6 that spoke
+    for pid in (6, 8, 9):
+        slots.mark(pid, slots.SERVER)
+    assert slots.take(10, "10.0.0.6") is None  # only the server's work: refused
+    assert slots.state(10) is None
+    for pid in (2, 6, 8, 9):
         slots.release(pid)
     assert slots.held() == 0
-    assert slots._per_host == {}  # no address is kept once it holds nothing
+
+
+def test_the_gate_paces_the_failures_of_a_name():
+    clock = Clock()
+    gate = auth.GuessGate(per_name=3, name_rate=2.0, clock=clock)
+    for _ in range(3):
+        assert gate.turn("frank") == 0
+        gate.spend("frank")
+    assert gate.turn("frank") == 0.5  # its tokens spent: two turns a second
+    assert gate.turn("alice") == 0  # other names: not yet
+    clock.now += 0.5
+    assert gate.turn("frank") == 0  # refilled
+    for _ in range(10):  # debts stop at the bucket's size
+        gate.spend("frank")
+    assert gate.turn("frank") == 2.0
+    clock.now += 100
+    assert gate.turn("frank") == 0
+    small = auth.GuessGate(capacity=10)
+    for i in range(100):
+        small.spend(f"user{i}")
+    assert len(small._buckets) == 10
+
+
+def test_failures_are_answered_later_and_later_never_refused():
+    clock = Clock()
+    backoff = auth.LoginBackoff(free=3, free_per_host=5, base=1, ceiling=4, hold_ceiling=4,
+                                clock=clock)
+    delays = []
+    for _ in range(6):
+        backoff.failed("frank", "10.0.0.1")
+        delays.append(backoff.delay("frank", "10.0.0.1"))
+    assert delays == [0, 0, 1, 2, 4, 4]  # the pair's, then the address's too, capped
+    assert backoff.failures("frank", "10.0.0.1") == 6
+    assert backoff.failures(None, "10.0.0.1") == 6
+    backoff.failed("alice", "10.0.0.1")
+    assert backoff.delay("alice", "10.0.0.1") == 4  # the address holds every name's failures
+    assert backoff.delay("alice", "10.0.0.2") == 0
+
+
+def test_login_verifier_does_the_same_work_for_every_name(tmp_path, monkeypatch):
+    # Red team F6: load_verifier read the policy for known names only (a timing gap).
+    db = make_store(tmp_path / "s.duckdb")
+    parsed: list[str] = []
+    real_parse = auth.Verifier.parse
+
+    def parse(cls: type[auth.Verifier], text: str) -> auth.Verifier:
+        parsed.append("parse")
+        return real_parse(text)
+
+    monkeypatch.setattr(auth.Verifier, "parse", classmethod(parse))
+    with Store.open(db) as store:
+        auth.remove_user(store, "erin")  # in the policy, without a password
+        secret = auth.login_secret(store)
+
+        def trace(lookup, *args, cold=False):
+            if cold:  # the credentials are read from the store once per change
+                store.state(auth._Credentials).forget()
+            calls: list[object] = []
+            parsed.clear()
+            lookup(Recording(store, calls), *args)
+            return calls, parsed[:]
+
+        for cold in (True, False):
+            traces = {name: trace(auth.login_verifier, name, secret, cold=cold)
+                      for name in ("alice", "erin", "ghost")}
+            assert traces["alice"] == traces["erin"] == traces["ghost"]
+            assert traces["alice"][1] == ["parse"]
+        verifier, genuine = auth.login_verifier(store, "alice", secret)
+        assert genuine
+        assert verifier.check("alice-secret-1")
+        for name in ("erin", "ghost"):
+            assert auth.login_verifier(store, name, secret) == (
+                auth.mock_verifier(name, secret), False)
+        # The console's lookup reads the same for every name too.
+        assert trace(auth.load_verifier, "alice")[0] == trace(auth.load_verifier, "ghost")[0]
+
+
+class Recording:
+    """A store that records what is asked of it."""
+
+    def __init__(self, store: Store, calls: list[object]) -> None:
+        self.store, self.calls = store, calls
+
+    def cursor(self) -> Recording:
+        self.calls.append("cursor")
+        return self
+
+    def execute(self, sql: str, params: object = None) -> Recording:
+        self.calls.append(("execute", sql))
+        self.result = self.store.cursor().execute(sql, params)
+        return self
+
+    def fetchone(self) -> object:
+        self.calls.append("fetchone")
+        return self.result.fetchone()
+
+    def fetchall(self) -> object:
+        self.calls.append("fetchall")
+        return self.result.fetchall()
+
+    def active_policy(self) -> object:
+        self.calls.append("active_policy")
+        return self.store.active_policy()
+
+    def state(self, kind: type) -> object:
+        self.calls.append(("state", kind))
+        return self.store.state(kind)
+
+
+def test_mock_verifiers_are_keyed_by_the_store_and_look_like_its_users(tmp_path):
+    # Red team F6: mock salts came from a key drawn at each start, so a made-up name's salt
+    # changed across a restart while a real user's stayed.
+    db = make_store(tmp_path / "s.duckdb")
+    with Store.open(db) as store:
+        secret = auth.login_secret(store)
+        assert secret != store.secret.encode()  # derived, not the sampling seed itself
+        ghost = auth.login_verifier(store, "ghost", secret)[0]
+        for user in ("alice", "carol", "dave", "erin"):
+            auth.set_password(store, user, f"{user}-longer-pass", iterations=8192)
+        moved = auth.login_verifier(store, "ghost", secret)[0]
+    with Store.open(db) as store:
+        assert auth.login_secret(store) == secret
+    (tmp_path / "other").mkdir()
+    other = make_store(tmp_path / "other" / "s.duckdb")
+    with Store.open(other) as store:
+        assert auth.login_secret(store) != secret
+    assert (ghost.iterations, moved.iterations) == (4096, 8192)  # as most users' verifiers
+    assert ghost.salt == moved.salt
 
 
 def test_credentials_in_the_store(tmp_path):
