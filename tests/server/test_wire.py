@@ -260,20 +260,16 @@ def _login_from(server, source: str, user: str, password: str) -> raw.Message:
         return client.login(user, password)[-1]
 
 
-def test_repeated_failures_back_off_only_at_that_address(fake_server):
-    for user in ("frank", "nobody"):  # a known and an unknown user, refused alike
-        for _ in range(5):
+def test_failures_never_refuse_a_right_password(fake_server):
+    """Failures slow the guesser down (later answers) but never lock a user out: a
+    stranger's wrong passwords for frank cannot refuse frank's right one (red team F5)."""
+    for user in ("frank", "nobody"):  # a known and an unknown user, answered alike
+        for _ in range(6):
             failure = _login_from(fake_server, "127.0.0.2", user, "not-the-password")
             assert failure.fields()["M"] == f'password authentication failed for user "{user}"'
-        refused = _login_from(fake_server, "127.0.0.2", user, PASSWORDS.get(user, "x"))
-        assert refused.fields()["C"] == "28P01"
-        assert refused.fields()["M"] == (f'too many failed logins for user "{user}" from this '
-                                         "address; try again in 1 s")
-    # The right password still works from another address, and for others at the first one.
+    assert _login_from(fake_server, "127.0.0.2", "frank", PASSWORDS["frank"]).kind == b"Z"
     assert _login_from(fake_server, "127.0.0.1", "frank", PASSWORDS["frank"]).kind == b"Z"
     assert _login_from(fake_server, "127.0.0.2", "alice", PASSWORDS["alice"]).kind == b"Z"
-    time.sleep(1.1)  # the first refusal lasts a second
-    assert _login_from(fake_server, "127.0.0.2", "frank", PASSWORDS["frank"]).kind == b"Z"
 
 
 def test_cancel_requests_need_the_secret_key(fake_server):
