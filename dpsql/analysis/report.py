@@ -13,6 +13,7 @@ import base64
 import html
 import io
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ import numpy as np
 from dpsql.analysis.fidelity import D0, PSEUDOCOUNT, Z0, Evaluation, Fidelity
 from dpsql.files import private_folder, write_private
 
+FIGURE_FILES = {"scatter": "crosstab_scatter.png", "merit": "figure_of_merit.png",
+                "columns": "columns.png"}
 METRICS = (("median_d", "median log discrepancy d"), ("mean_d", "mean d"),
            ("rms_d", "r.m.s. d"), ("median_z", "median |z|"), ("mean_z", "mean |z|"),
            ("median_fm", "median figure of merit"), ("mean_fm", "mean figure of merit"),
@@ -62,8 +65,8 @@ def _scatter_panel(ax: Any, fidelity: Fidelity, title: str, norm: Any) -> Any:
     return points
 
 
-def scatter_figure(evaluation: Evaluation, path: Path) -> Path:
-    """True vs synthetic crosstab counts, log-log, coloured by cell size; ideal alongside."""
+def scatter_figure(evaluation: Evaluation) -> bytes:
+    """True vs synthetic crosstab counts, log-log, coloured by cell size; ideal alongside (PNG)."""
     plt = _pyplot()
     from matplotlib.colors import LogNorm
 
@@ -73,13 +76,11 @@ def scatter_figure(evaluation: Evaluation, path: Path) -> Path:
     points = _scatter_panel(axes[1], evaluation.ideal, "bootstrap resample (ideal)", norm)
     figure.colorbar(points, ax=axes, label="true count + 1 (cell size)", shrink=0.85)
     figure.suptitle(f"{evaluation.synthetic.d.size:,} cells of all 1-way and 2-way crosstabs")
-    _save(figure, path, 110)
-    plt.close(figure)
-    return path
+    return _png(plt, figure, 110)
 
 
-def merit_figure(evaluation: Evaluation, path: Path) -> Path:
-    """|z| against d per cell with the figure-of-merit contours 1, 2 and 4 (MODP Fig. 7)."""
+def merit_figure(evaluation: Evaluation) -> bytes:
+    """|z| against d per cell with the figure-of-merit contours 1, 2 and 4 (MODP Fig. 7; PNG)."""
     plt = _pyplot()
     from matplotlib.colors import LogNorm
 
@@ -104,13 +105,11 @@ def merit_figure(evaluation: Evaluation, path: Path) -> Path:
     ax.set_ylabel("|z|")
     ax.set_title(f"release {evaluation.name}: accuracy per crosstab cell", fontsize=10)
     figure.colorbar(points, ax=ax, label="true count + 1")
-    _save(figure, path, 110)
-    plt.close(figure)
-    return path
+    return _png(plt, figure, 110)
 
 
-def columns_figure(evaluation: Evaluation, path: Path) -> Path:
-    """One bar chart per column: true vs synthetic share of each code."""
+def columns_figure(evaluation: Evaluation) -> bytes:
+    """One bar chart per column: true vs synthetic share of each code (PNG)."""
     plt = _pyplot()
     attributes = evaluation.domain.attributes
     ncols = min(3, len(attributes))
@@ -142,35 +141,36 @@ def columns_figure(evaluation: Evaluation, path: Path) -> Path:
             ax.legend(fontsize=8)
     for index in range(len(attributes), nrows * ncols):
         axes[index // ncols][index % ncols].axis("off")
-    _save(figure, path, 100)
-    plt.close(figure)
-    return path
+    return _png(plt, figure, 100)
 
 
-def _image(path: Path, alt: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
+def _image(png: bytes, name: str, alt: str) -> str:
+    data = base64.b64encode(png).decode()
     return (f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(alt)} ({html.escape(path.name)})</figcaption></figure>")
+            f"<figcaption>{html.escape(alt)} ({html.escape(name)})</figcaption></figure>")
 
 
-def _save(figure: Any, path: Path, dpi: int) -> None:
-    """The figure as a PNG file only its owner may read (:func:`dpsql.files.write_private`)."""
+def _png(plt: Any, figure: Any, dpi: int) -> bytes:
+    """The figure as PNG bytes (then closed)."""
     png = io.BytesIO()
     figure.savefig(png, dpi=dpi, format="png")
-    write_private(path, png.getvalue())
+    plt.close(figure)
+    return png.getvalue()
 
 
-def write_report(evaluation: Evaluation, directory: str | Path) -> dict[str, Path]:
-    """Write ``report.html`` and its PNG figures into ``directory``; returns their paths.
+@dataclass(frozen=True)
+class Report:
+    """The HTML report (figures embedded) and each figure's PNG, by file name."""
 
-    Not DP: the folder and its files are the owner's only (:mod:`dpsql.files`).
-    """
-    out = private_folder(Path(directory))
-    paths = {
-        "scatter": scatter_figure(evaluation, out / "crosstab_scatter.png"),
-        "merit": merit_figure(evaluation, out / "figure_of_merit.png"),
-        "columns": columns_figure(evaluation, out / "columns.png"),
-    }
+    html: str
+    figures: dict[str, bytes]
+
+
+def render_report(evaluation: Evaluation) -> Report:
+    """The report of ``evaluation`` in memory: nothing is written (not DP: admins only)."""
+    figures = {"crosstab_scatter.png": scatter_figure(evaluation),
+               "figure_of_merit.png": merit_figure(evaluation),
+               "columns.png": columns_figure(evaluation)}
     synthetic, ideal = evaluation.synthetic.summary(), evaluation.ideal.summary()
     rows = "".join(
         f"<tr><td>{html.escape(label)}</td><td>{synthetic[key]:.4f}</td>"
@@ -213,12 +213,38 @@ two-proportion z statistic, and the blended figure of merit 2 / (d<sub>0</sub>/|
 z<sub>0</sub>/|z|) with d<sub>0</sub> = {D0:g}, z<sub>0</sub> = {Z0:g} (Rodriguez &amp; Press,
 MODP, sec. 5). The bootstrap ideal is a resample of the real rows scored the same way.</p>
 <table><tr><th>measure</th><th>release</th><th>bootstrap ideal</th></tr>{rows}</table>
-{_image(paths["scatter"], "True vs synthetic crosstab counts")}
-{_image(paths["merit"], "Log discrepancy and |z| per cell, with figure-of-merit contours")}
+{_figure(figures, "crosstab_scatter.png", "True vs synthetic crosstab counts")}
+{_figure(figures, "figure_of_merit.png",
+         "Log discrepancy and |z| per cell, with figure-of-merit contours")}
 <h2>Columns</h2>
-{_image(paths["columns"], "Share of each code, true vs synthetic")}
+{_figure(figures, "columns.png", "Share of each code, true vs synthetic")}
 </body></html>
 """
+    return Report(page, figures)
+
+
+def _figure(figures: dict[str, bytes], name: str, alt: str) -> str:
+    return _image(figures[name], name, alt)
+
+
+def write_report(evaluation: Evaluation, directory: str | Path) -> dict[str, Path]:
+    """Write ``report.html`` and its PNG figures into ``directory``; returns their paths.
+
+    Not DP: the folder and its files are the owner's only (:mod:`dpsql.files`).
+    """
+    return write_report_files(render_report(evaluation), directory)
+
+
+def write_report_files(report: Report, directory: str | Path) -> dict[str, Path]:
+    """Write a rendered report's HTML and figures into ``directory`` (the owner's only).
+
+    Returns the paths by kind: ``scatter``, ``merit``, ``columns`` and ``html``.
+    """
+    out = private_folder(Path(directory))
+    paths = {}
+    for kind, name in FIGURE_FILES.items():
+        paths[kind] = out / name
+        write_private(paths[kind], report.figures[name])
     paths["html"] = out / "report.html"
-    write_private(paths["html"], page)
+    write_private(paths["html"], report.html)
     return paths
