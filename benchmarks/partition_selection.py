@@ -6,7 +6,7 @@ both mechanisms answer ``SELECT col, COUNT(*) ... GROUP BY col`` at the same
 total (epsilon, delta), ``--reps`` times each:
 
 - **dpsql**: discrete Gaussian counts thresholded at
-  ``tau = 1 + ceil(sigma sqrt(2 ln(1 / delta_sel)))`` (dpsql/query/selection.py),
+  ``tau = 1 + ceil(sigma sqrt(2 ln(1 / delta_sel)))`` (dpsql/mechanisms/threshold.py),
   with delta split in halves: one for the selection, one for converting its
   rho to epsilon (rho the largest with epsilon(rho, delta / 2) <= epsilon);
 - **Laplace thresholding** (Tumult Analytics' ``get_groups`` and GoogleSQL's
@@ -33,8 +33,8 @@ import numpy as np
 from _common import print_table, readme, shared_data
 
 from dpsql import noise
+from dpsql.mechanisms.additive import Noise
 from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta
-from dpsql.query.mechanisms import Noise
 from dpsql.query.selection import threshold
 
 COLUMNS = ("INDP", "PUMA")
@@ -54,13 +54,13 @@ def key_counts(column: str, quick: bool) -> np.ndarray:
 def dpsql_mechanism(epsilon: float) -> tuple[int, Any]:
     """dpsql's threshold and noise at total (epsilon, DELTA)."""
     rho = rho_from_epsilon_delta(epsilon, DELTA / 2)
-    gauss = Noise.calibrate("zcdp", 1, 0, rho, "count(*)")
+    gauss = Noise.calibrate("zcdp", 1, 0, rho)
     return threshold(gauss, 1, DELTA / 2), gauss.sample
 
 
 def laplace_mechanism(epsilon: float) -> tuple[int, Any]:
     """Laplace thresholding's least threshold and noise at (epsilon, DELTA), one row a unit."""
-    lap = Noise.calibrate("pure", 1, 0, PrivacyCost.pure(Fraction(epsilon)), "count(*)")
+    lap = Noise.calibrate("pure", 1, 0, PrivacyCost.pure(Fraction(epsilon)))
     q = math.exp(-1 / float(lap.param))
     gap = math.ceil(math.log(DELTA * (1 + q)) / math.log(q))
     return 1 + gap, lambda size: noise.discrete_laplace(lap.param, size)

@@ -1,4 +1,4 @@
-"""Units of privacy loss, composition, conversions and calibration.
+"""Units of privacy loss, composition and conversions.
 
 Costs are exact: a :class:`PrivacyCost` holds an integer number of quanta of
 ``1e-18`` epsilon (pure DP) or rho (zCDP). Anything computed in floating point
@@ -6,9 +6,8 @@ is rounded against the analyst: a charge rounds up, a budget or the remaining
 allowance rounds down. User-typed decimals are read as the decimal they show
 (``0.1`` is one tenth), so ten charges of 0.1 spend a budget of 1.0 exactly.
 
-Every mechanism below knows its sensitivity and its cost, and ``check`` answers
-"if neighbours differ by ``d_in``, is the loss at most ``d_out``?" (OpenDP's
-privacy maps), so tests can pin the boundary.
+The mechanisms that spend these costs (calibration, cost and privacy map, each
+beside its proof) live in :mod:`dpsql.mechanisms`.
 """
 
 from __future__ import annotations
@@ -482,110 +481,3 @@ def budget_cost(
         raise ConfigurationError(f"{name} {amount} is too large to record; the ledger holds "
                                  f"amounts up to {MAX_UNITS // _PER_UNIT:.0e}")
     return cost
-
-
-# -- mechanisms: sensitivity + scale -> cost ----------------------------------
-
-
-@dataclass(frozen=True)
-class LaplaceMechanism:
-    """Discrete Laplace noise of ``scale`` on an integer query of L1 ``sensitivity``.
-
-    Privacy: (sensitivity / scale)-DP under add/remove of one privacy unit;
-    charged to a zCDP budget as (sensitivity/scale)^2 / 2.
-    """
-
-    sensitivity: Fraction
-    scale: Fraction
-    name = "discrete_laplace"
-
-    @classmethod
-    def calibrate(cls, sensitivity: Number, cost: PrivacyCost) -> LaplaceMechanism:
-        """The smallest scale whose loss fits in ``cost`` (scale 0 for an infinite cost)."""
-        sens = _positive(sensitivity, "sensitivity")
-        if cost.infinite:
-            return cls(sens, Fraction(0))
-        if cost.is_zero:
-            raise ConfigurationError("cannot calibrate a mechanism to a zero budget")
-        if cost.kind == "pure":
-            return cls(sens, sens / cost.value)
-        # epsilon = sqrt(2 rho), rounded down so the scale rounds up.
-        eps = PrivacyCost.from_fraction("pure", Fraction(math.sqrt(2 * cost.value)), round_up=False)
-        while eps.value**2 / 2 > cost.value:
-            eps = PrivacyCost("pure", eps.units - 1)
-        return cls(sens, sens / eps.value)
-
-    def cost(self, kind: Kind = "pure") -> PrivacyCost:
-        """The loss of one run, in ``kind`` accounting."""
-        if self.scale == 0:
-            return PrivacyCost.unbounded(kind)
-        return PrivacyCost.from_fraction("pure", self.sensitivity / self.scale).to(kind)
-
-    def check(self, d_in: Number, d_out: PrivacyCost) -> bool:
-        """Whether neighbours at L1 distance ``d_in`` lose at most ``d_out``."""
-        if self.scale == 0:
-            return d_out.infinite
-        loss = to_fraction(d_in, "d_in") / self.scale
-        if d_out.infinite:
-            return True
-        if d_out.kind == "pure":
-            return loss <= d_out.value
-        return loss**2 / 2 <= d_out.value
-
-
-@dataclass(frozen=True)
-class GaussianMechanism:
-    """Discrete Gaussian noise of variance parameter ``sigma2`` on an L2-``sensitivity`` query.
-
-    Privacy: (sensitivity^2 / (2 sigma2))-zCDP under add/remove of one privacy
-    unit (Canonne, Kamath & Steinke 2020, Thm 4). Not pure DP.
-    """
-
-    sensitivity: Fraction
-    sigma2: Fraction
-    name = "discrete_gaussian"
-
-    @classmethod
-    def calibrate(cls, sensitivity: Number, cost: PrivacyCost) -> GaussianMechanism:
-        """The smallest sigma^2 whose zCDP loss fits in ``cost``: exactly Delta^2 / (2 rho)."""
-        sens = _positive(sensitivity, "sensitivity")
-        if cost.kind != "zcdp":
-            raise ConfigurationError(
-                "Gaussian noise is not pure DP; use a policy with accounting: zcdp"
-            )
-        if cost.infinite:
-            return cls(sens, Fraction(0))
-        if cost.is_zero:
-            raise ConfigurationError("cannot calibrate a mechanism to a zero budget")
-        return cls(sens, sens**2 / (2 * cost.value))
-
-    @property
-    def sigma(self) -> float:
-        """The standard deviation parameter (sqrt of sigma2)."""
-        return math.sqrt(self.sigma2)
-
-    def cost(self, kind: Kind = "zcdp") -> PrivacyCost:
-        """The zCDP loss of one run."""
-        if kind != "zcdp":
-            raise ConfigurationError("Gaussian noise cannot be charged to a pure-DP budget")
-        if self.sigma2 == 0:
-            return PrivacyCost.unbounded("zcdp")
-        return PrivacyCost.from_fraction("zcdp", self.sensitivity**2 / (2 * self.sigma2))
-
-    def check(self, d_in: Number, d_out: PrivacyCost) -> bool:
-        """Whether neighbours at L2 distance ``d_in`` lose at most ``d_out`` (zCDP)."""
-        if d_out.kind != "zcdp":
-            return False
-        if self.sigma2 == 0:
-            return d_out.infinite
-        if d_out.infinite:
-            return True
-        return to_fraction(d_in, "d_in") ** 2 / (2 * self.sigma2) <= d_out.value
-
-
-def _positive(value: Number, what: str) -> Fraction:
-    exact = to_fraction(value, what)
-    if exact <= 0:
-        raise ConfigurationError(f"{what} must be > 0, got {value}")
-    return exact
-

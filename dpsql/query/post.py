@@ -28,8 +28,8 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from dpsql.errors import InternalError, QueryRejected
+from dpsql.mechanisms.additive import Noise
 from dpsql.query.aggregates import bounds_of
-from dpsql.query.mechanisms import Noise
 from dpsql.query.model import COUNTS, QUANTILES, SPREAD, Aggregate, QueryPlan
 from dpsql.query.predicates import sql_type
 from dpsql.query.quantile import MeasureNoise, QuantileNoise

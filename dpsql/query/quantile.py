@@ -20,7 +20,7 @@ each rank by 0 or ``D``, both ranks alike unless the row equals ``y``), so by
 probability proportional to ``exp(epsilon * score / (2 * sensitivity))`` is
 epsilon-DP (McSherry & Talwar 2007) and, being epsilon-bounded-range,
 (epsilon^2 / 8)-zCDP (Cesar & Rogers 2021).
-:class:`dpsql.synth.exponential.ExponentialMechanism` calibrates, prices and
+:class:`dpsql.mechanisms.exponential.ExponentialMechanism` calibrates, prices and
 samples it exactly (integer scores, the CSPRNG's Bernoulli(exp(-gamma))).
 Groups are disjoint: a unit's rows in several groups move each group's scores
 by its rows there, so the groups' losses add up to at most one group's
@@ -48,11 +48,11 @@ import pyarrow as pa
 from sqlglot import exp
 
 from dpsql.domain import sql_literal
-from dpsql.errors import ConfigurationError, InternalError, QueryRejected
+from dpsql.errors import ConfigurationError, QueryRejected
+from dpsql.mechanisms.additive import Noise
+from dpsql.mechanisms.exponential import ExponentialMechanism
 from dpsql.privacy import Kind, PrivacyCost
 from dpsql.query.dialect import reject
-from dpsql.query.mechanisms import Noise
-from dpsql.synth.exponential import ExponentialMechanism
 
 #: Grid steps over a column's bounds (an integer column spanning fewer uses its integers).
 GRID_STEPS = 2**14
@@ -221,15 +221,18 @@ class QuantileNoise:
         sensitivity = max_rows * max(q.numerator, q.denominator - q.numerator)
         if share.infinite:
             return cls(q, grid, sensitivity, Fraction(0), share)
-        try:
+        try:  # the mechanism checks its privacy map against the share before it returns
             em = ExponentialMechanism.calibrate(sensitivity, share)
         except ConfigurationError as err:
             raise QueryRejected(f"the privacy cost is too small for {what}: {err}",
                                 construct="privacy cost", advice="raise epsilon") from err
-        if not em.check(sensitivity, share):
-            raise InternalError(f"calibrated noise for {what} does not meet its share; "
-                                "this is a bug in dpsql")
         return cls(q, grid, sensitivity, em.epsilon, share)
+
+    @property
+    def base(self) -> ExponentialMechanism | None:
+        """The mechanism sampled, on integer scores (None without noise)."""
+        return ExponentialMechanism(Fraction(self.sensitivity), self.epsilon) if self.noisy \
+            else None
 
     @property
     def mechanism(self) -> str:
@@ -243,15 +246,14 @@ class QuantileNoise:
 
     def check(self, d_in: int, d_out: PrivacyCost) -> bool:
         """Whether tables differing in ``d_in`` privacy units lose at most ``d_out``."""
-        if not self.noisy:
+        em = self.base
+        if em is None:
             return d_out.infinite
-        em = ExponentialMechanism(Fraction(self.sensitivity), self.epsilon)
         return em.check(d_in * self.sensitivity, d_out)
 
     def release(self, histograms: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
         """The chosen grid position of every cell (int64), from its histogram of positions."""
-        em = ExponentialMechanism(Fraction(self.sensitivity), self.epsilon) if self.noisy \
-            else None
+        em = self.base
         out = np.empty(len(histograms), dtype=np.int64)
         for i, (positions, counts) in enumerate(histograms):
             score = scores(positions, counts, self.q, self.grid.steps)

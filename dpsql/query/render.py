@@ -35,12 +35,13 @@ from sqlglot import exp
 
 from dpsql.domain import Attribute, clamp_sql, quote, sql_literal
 from dpsql.engines.source import bounded_sql
+from dpsql.errors import ConfigurationError, QueryRejected
+from dpsql.mechanisms.additive import Noise
 from dpsql.noise import FixedPoint
 from dpsql.policy import Column
 from dpsql.privacy import Kind, PrivacyCost
 from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.aggregates import bounds_of
-from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, Join, Measure, QueryPlan
 from dpsql.query.predicates import total_numeric
 from dpsql.query.quantile import Grid, MeasureNoise, histograms, quantile_noise
@@ -384,9 +385,10 @@ def calibrate_measure(plan: QueryPlan, measure: Measure, share: PrivacyCost, acc
                       ctx: Context) -> MeasureNoise:
     """The noise of one measure of ``plan`` given its ``share`` of the query's cost.
 
-    Privacy: sensitivity ``max_rows`` times what one row adds (:func:`fixed_point`);
-    a quantile's exponential mechanism over its column's grid
-    (:func:`dpsql.query.quantile.quantile_noise`).
+    Privacy: sensitivity ``max_rows`` times what one row adds (:func:`fixed_point`),
+    the policy's additive noise (:mod:`dpsql.mechanisms.additive`); a quantile's
+    exponential mechanism over its column's grid (:func:`dpsql.query.quantile.quantile_noise`).
+    Noise too small for the sampler refuses the query, before any charge.
     """
     col = plan.dataset.column(measure.column) if measure.column else None
     if measure.kind == "quantile":
@@ -396,8 +398,13 @@ def calibrate_measure(plan: QueryPlan, measure: Measure, share: PrivacyCost, acc
                               accounting, share)
     exponent, per_row = fixed_point(measure, col, ctx)
     sensitivity = plan.dataset.max_rows * per_row
-    what = f"{measure.kind}({measure.column or '*'})"
-    return Noise.calibrate(accounting, sensitivity, exponent, share, what)
+    try:
+        return Noise.calibrate(accounting, sensitivity, exponent, share)
+    except ConfigurationError as err:
+        what = f"{measure.kind}({measure.column or '*'})"
+        raise QueryRejected(f"the privacy cost is too small for {what}: {err}",
+                            construct="privacy cost",
+                            advice="raise epsilon, or aggregate fewer columns at once") from err
 
 
 # -- expand_public_keys -----------------------------------------------------------------

@@ -8,23 +8,16 @@ count is at least ``tau``. The released counts are that same draw, so a
 ``COUNT(*)`` in the query reuses them (post-processing); other aggregates spend
 their own share on the released keys only.
 
-Privacy: a unit adds at most ``m = max_rows`` rows to the bounded source, so it
-changes at most ``m`` keys' counts, by ``m`` in all (L1 and L2 sensitivity
-``m``, as for any count). On keys present with or without the unit the counts
-are the discrete Gaussian mechanism, ``rho_share``-zCDP (Canonne, Kamath &
-Steinke 2020). A key only the unit holds has a count ``c <= m`` and is released
-with probability ``P(Z >= tau - c) <= exp(-(tau - m)**2 / (2 sigma**2))`` (the
-discrete Gaussian's sub-Gaussian tail, ibid. Cor. 9); over its at most ``m``
-such keys, with ``tau = m + ceil(sigma * sqrt(2 ln(m / delta)))``, the chance
-that any is released is at most ``delta``. The selection is therefore
-``delta``-approximate ``rho_share``-zCDP (Bun & Steinke 2016, Def. 8; Korolova
-et al. 2009, Wilson et al. 2020 use the same thresholded-count argument with
-Laplace noise). Approximate zCDP composes by adding rhos and adding deltas, so
-each query's selection gets the policy's delta times the query's share of the
-dataset's total budget (:func:`selection_delta`): however many queries select
-keys, their deltas add up to at most the policy's delta (the ledger keeps each
-with its charge and refuses one that would pass it), and the dataset's
-guarantee stays (epsilon(rho, delta_policy), 2 delta_policy)-DP at the most,
+Privacy: the noisy counts and their threshold are the mechanism
+:class:`dpsql.mechanisms.threshold.KeyThreshold`, its proof beside it: with the
+COUNT(*) measure's discrete Gaussian noise of ``rho_share`` and ``tau = m +
+ceil(sigma * sqrt(2 ln(m / delta)))`` for ``m = max_rows``, the selection is
+``delta``-approximate ``rho_share``-zCDP. Approximate zCDP composes by adding
+rhos and adding deltas, so each query's selection gets the policy's delta
+times the query's share of the dataset's total budget (:func:`selection_delta`):
+however many queries select keys, their deltas add up to at most the policy's
+delta (the ledger keeps each with its charge and refuses one that would pass
+it), and the dataset's guarantee stays (epsilon(rho, delta_policy), 2 delta_policy)-DP at the most,
 where epsilon is what the ledger shows. Pure accounting has no delta, so it
 refuses such a query.
 """
@@ -41,8 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dpsql.errors import InternalError
+from dpsql.mechanisms.additive import Noise
+from dpsql.mechanisms.gaussian import GaussianMechanism
+from dpsql.mechanisms.threshold import KeyThreshold
+from dpsql.mechanisms.threshold import leak_bound as tail_bound
 from dpsql.privacy import PrivacyCost
-from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, Measure, QueryPlan
 
 #: The measure whose noisy counts decide which keys are released.
@@ -75,26 +71,30 @@ def selection_delta(policy_delta: float | None, cost: PrivacyCost,
     return share if Fraction(share) <= exact else math.nextafter(share, 0.0)
 
 
+def _counts(noise: Noise) -> GaussianMechanism:
+    """The discrete Gaussian of a COUNT(*) measure (anything else is a bug)."""
+    base = noise.base
+    if not isinstance(base, GaussianMechanism) or noise.exponent != 0:
+        raise InternalError("partition selection needs a discrete Gaussian count and a delta; "
+                            "this is a bug in dpsql")
+    return base
+
+
 def threshold(noise: Noise, max_rows: int, delta: float) -> int:
-    """The least noisy count a key needs to be released (see the module's Privacy).
+    """The least noisy count a key needs to be released (:class:`KeyThreshold`).
 
     Without noise (an unbounded budget) every key present is released.
     """
     if not noise.noisy:
         return 1
-    if noise.mechanism != "discrete_gaussian" or noise.exponent != 0 or not 0 < delta < 1:
-        raise InternalError("partition selection needs a discrete Gaussian count and a delta; "
-                            "this is a bug in dpsql")
-    margin = math.sqrt(2 * float(noise.param) * math.log(max_rows / delta))
-    return max_rows + math.ceil(margin * (1 + 1e-9))  # rounded against the analyst
+    return KeyThreshold.over(_counts(noise), max_rows, delta).tau
 
 
 def leak_bound(noise: Noise, max_rows: int, tau: int) -> float:
     """The most probability with which any key held by one unit alone is released."""
     if not noise.noisy:
         return 1.0
-    gap = tau - max_rows
-    return min(1.0, max_rows * math.exp(-gap * gap / (2 * float(noise.param))))
+    return tail_bound(_counts(noise).sigma2, max_rows, tau)
 
 
 @dataclass(frozen=True)

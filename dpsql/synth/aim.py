@@ -30,10 +30,12 @@ import pyarrow as pa
 
 from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
-from dpsql.privacy import GaussianMechanism, PrivacyCost
+from dpsql.mechanisms.additive import additive
+from dpsql.mechanisms.exponential import ExponentialMechanism
+from dpsql.mechanisms.gaussian import GaussianMechanism
+from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.synth import pgm
-from dpsql.synth.exponential import ExponentialMechanism
 from dpsql.synth.measure import MAX_CELLS, Measurement, count_marginals, measure_counts
 from dpsql.synth.spanning import grow, spanning_forest
 
@@ -266,7 +268,7 @@ class AIM(_SelectMeasureGenerate):
         """
         self._check_budget("aim", domain, budget)
         measure_cost, select_cost = self._round_costs(domain, budget)
-        GaussianMechanism.calibrate(domain.max_rows, measure_cost)
+        additive("zcdp", domain.max_rows, measure_cost)  # as _Fit.measure will sample it
         ExponentialMechanism.calibrate(domain.max_rows * self._heaviest(domain), select_cost)
 
     def _round_costs(self, domain: Domain, budget: PrivacyCost) -> list[PrivacyCost]:
@@ -419,12 +421,11 @@ class MST(_SelectMeasureGenerate):
         self._check_budget("mst", domain, budget)
         edges = spanning_edges(domain.names, self._pairs(domain))
         oneway_budget = self._parts(budget)[0] if edges else budget
-        GaussianMechanism.calibrate(domain.max_rows,
-                                    oneway_budget.split([1] * len(domain.names))[0])
+        additive("zcdp", domain.max_rows, oneway_budget.split([1] * len(domain.names))[0])
         if edges:
             _, select_budget, pair_budget = self._parts(budget)
             ExponentialMechanism.calibrate(domain.max_rows, select_budget.split([1] * edges)[0])
-            GaussianMechanism.calibrate(domain.max_rows, pair_budget.split([1] * edges)[0])
+            additive("zcdp", domain.max_rows, pair_budget.split([1] * edges)[0])
 
     def _parts(self, budget: PrivacyCost) -> list[PrivacyCost]:
         """The budget of the 1-way marginals, of the selection and of the 2-way marginals."""

@@ -27,7 +27,9 @@ import pyarrow as pa
 
 from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
-from dpsql.privacy import GaussianMechanism, LaplaceMechanism, Number, PrivacyCost, to_fraction
+from dpsql.mechanisms.additive import additive
+from dpsql.mechanisms.laplace import LaplaceMechanism
+from dpsql.privacy import Number, PrivacyCost, to_fraction
 from dpsql.progress import Progress, silent
 from dpsql.synth.measure import MAX_CELLS, Measurement, measure_marginals
 
@@ -66,7 +68,7 @@ def probabilities(noisy: np.ndarray, method: str, total: float) -> np.ndarray:
 
 def expected_phantom_mass(measurement_sd: float, mechanism: str, cells: int) -> float:
     """Expected mass that clipped noise adds to ``cells`` empty cells (E[max(noise, 0)] each)."""
-    if mechanism == "discrete_laplace":
+    if mechanism == LaplaceMechanism.name:
         per_cell = measurement_sd / (2 * math.sqrt(2))  # Laplace scale b = sd / sqrt(2): b / 2
     else:
         per_cell = measurement_sd / math.sqrt(2 * math.pi)
@@ -169,12 +171,14 @@ def _shares(k: int, count_share: Fraction, with_count: bool) -> list[Number]:
 
 
 def _noise_sd(cost: PrivacyCost, sensitivity: int) -> tuple[float, str]:
-    """Per-cell noise sd and mechanism a marginal gets from ``cost`` (public arithmetic)."""
-    if cost.kind == "pure":
-        lap = LaplaceMechanism.calibrate(sensitivity, cost)
-        return math.sqrt(2) * float(lap.scale), lap.name
-    gauss = GaussianMechanism.calibrate(sensitivity, cost)
-    return gauss.sigma, gauss.name
+    """Per-cell noise sd and mechanism a marginal gets from ``cost`` (public arithmetic).
+
+    The calibration :func:`dpsql.synth.measure.measure_counts` will sample with.
+    """
+    mechanism = additive(cost.kind, sensitivity, cost)
+    if mechanism.name == LaplaceMechanism.name:
+        return math.sqrt(2) * mechanism.noise_scale, mechanism.name
+    return mechanism.noise_scale, mechanism.name
 
 
 def fit_histogram(method: str, marginals: Sequence[tuple[str, ...]],

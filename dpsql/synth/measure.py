@@ -3,27 +3,28 @@
 Privacy: a marginal is a vector of counts over the full public domain (empty
 cells included, so the set of cells leaks nothing). One privacy unit changes
 each marginal by at most ``max_rows`` in L1 and in L2, so k marginals together
-have L1 sensitivity k * max_rows and L2 sensitivity sqrt(k) * max_rows. Under
-pure accounting each marginal gets discrete Laplace noise with its share of
-epsilon; under zCDP discrete Gaussian noise with its share of rho. Shares sum
-to at most the budget (parts round down), so the total cost never exceeds it.
+have L1 sensitivity k * max_rows and L2 sensitivity sqrt(k) * max_rows. Each
+marginal gets the policy's additive noise with its share
+(:func:`dpsql.mechanisms.additive.additive`, the mechanism SQL counts get):
+discrete Laplace with its share of epsilon under pure accounting, discrete
+Gaussian with its share of rho under zCDP. Shares sum to at most the budget
+(parts round down), so the total cost never exceeds it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import duckdb
 import numpy as np
 
-from dpsql import noise
 from dpsql.domain import Domain, quote
 from dpsql.errors import ConfigurationError
-from dpsql.privacy import GaussianMechanism, LaplaceMechanism, Number, PrivacyCost
+from dpsql.mechanisms.additive import additive
+from dpsql.mechanisms.laplace import LaplaceMechanism
+from dpsql.privacy import Number, PrivacyCost
 
 MAX_CELLS = 50_000_000  # a dense marginal larger than this is refused, not allocated
 
@@ -41,7 +42,7 @@ class Measurement:
     @property
     def variance(self) -> float:
         """Noise variance per cell (for weighting measurements in inference)."""
-        if self.mechanism == "discrete_laplace":
+        if self.mechanism == LaplaceMechanism.name:
             return 2 * self.scale**2
         return self.scale**2
 
@@ -122,21 +123,12 @@ def measure_counts(columns: tuple[str, ...], counts: np.ndarray, cost: PrivacyCo
     """Noise one vector of exact counts whose L1 and L2 sensitivity is ``sensitivity``.
 
     Privacy: discrete Laplace (pure) or discrete Gaussian (zCDP) calibrated to
-    ``cost``; the returned measurement's cost is at most ``cost``.
+    ``cost`` (:func:`dpsql.mechanisms.additive.additive`); the returned
+    measurement's cost, the loss at the parameter sampled, is at most ``cost``.
     """
-    flat = counts.reshape(-1)
-    if cost.kind == "pure":
-        lap = LaplaceMechanism.calibrate(sensitivity, cost)
-        if lap.scale == 0:
-            return Measurement(columns, counts.copy(), lap.name, 0.0, cost)
-        scale = noise.used_laplace_scale(lap.scale)
-        noisy = noise.add_discrete_laplace(flat, scale)
-        return Measurement(columns, noisy.reshape(counts.shape), lap.name, float(scale),
-                           LaplaceMechanism(Fraction(sensitivity), scale).cost("pure"))
-    gauss = GaussianMechanism.calibrate(sensitivity, cost)
-    if gauss.sigma2 == 0:
-        return Measurement(columns, counts.copy(), gauss.name, 0.0, cost)
-    sigma2 = noise.used_gaussian_sigma2(gauss.sigma2)
-    noisy = noise.add_discrete_gaussian(flat, sigma2)
-    return Measurement(columns, noisy.reshape(counts.shape), gauss.name,
-                       math.sqrt(sigma2), GaussianMechanism(Fraction(sensitivity), sigma2).cost())
+    mechanism = additive(cost.kind, sensitivity, cost)
+    if mechanism.param == 0:
+        return Measurement(columns, counts.copy(), mechanism.name, 0.0, cost)
+    noisy = mechanism.release(counts.reshape(-1))
+    return Measurement(columns, noisy.reshape(counts.shape), mechanism.name,
+                       mechanism.noise_scale, mechanism.cost(cost.kind))

@@ -20,9 +20,9 @@ import dpsql
 from dpsql import noise
 from dpsql.engines.base import EngineError
 from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
+from dpsql.mechanisms.additive import Noise
 from dpsql.privacy import PrivacyCost
 from dpsql.query import answer
-from dpsql.query.mechanisms import Noise
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
 from tests.query.conftest import charges, with_budgets

@@ -22,9 +22,9 @@ import dpsql
 from dpsql import noise
 from dpsql.engines.local import _DuckDBPrepared
 from dpsql.engines.source import bounded_sql
+from dpsql.mechanisms.additive import Noise
 from dpsql.privacy import PrivacyCost
 from dpsql.query.dialect import DIALECT
-from dpsql.query.mechanisms import Noise
 from dpsql.query.planner import plan_query
 from dpsql.query.render import Context, calibrate
 from dpsql.session import Session

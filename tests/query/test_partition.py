@@ -14,10 +14,10 @@ import pytest
 from scipy import stats
 
 import dpsql
+from dpsql.mechanisms.additive import Noise
 from dpsql.policy import Column, Dataset
 from dpsql.privacy import PrivacyCost, epsilon_from_rho
 from dpsql.query import answer as answer_module
-from dpsql.query.mechanisms import Noise
 from dpsql.query.model import GroupKey, QueryPlan
 from dpsql.query.planner import plan_query
 from dpsql.query.selection import (
@@ -82,7 +82,7 @@ def open_keys(tmp_path: Path) -> Iterator[Session]:
 
 
 def _gauss(rho: Fraction) -> Noise:
-    return Noise.calibrate("zcdp", 1, 0, PrivacyCost.zcdp(rho), "count(*)")
+    return Noise.calibrate("zcdp", 1, 0, PrivacyCost.zcdp(rho))
 
 
 # -- the threshold ---------------------------------------------------------------------

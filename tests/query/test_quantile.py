@@ -17,10 +17,10 @@ import pytest
 from scipy.stats import beta
 
 import dpsql
+from dpsql.mechanisms.exponential import ExponentialMechanism
 from dpsql.privacy import PrivacyCost
 from dpsql.query.quantile import Grid, QuantileNoise, scores
 from dpsql.session import Session
-from dpsql.synth.exponential import ExponentialMechanism
 from tests.conftest import ADULT_SAMPLE
 from tests.query.conftest import charges, plain, table_policy
 

@@ -19,7 +19,8 @@ from scipy import stats
 
 from dpsql import noise
 from dpsql.errors import ConfigurationError
-from dpsql.privacy import LaplaceMechanism, PrivacyCost, rho_from_epsilon_delta
+from dpsql.mechanisms.laplace import LaplaceMechanism
+from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta
 from dpsql.synth import available, get
 from dpsql.synth.sds import SDS
 from dpsql.synth.sds.aggregates import (

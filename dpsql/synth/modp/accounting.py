@@ -32,6 +32,7 @@ import numpy as np
 from dp_accounting import rdp
 
 from dpsql.errors import ConfigurationError
+from dpsql.mechanisms.gaussian import GaussianMechanism
 from dpsql.privacy import PrivacyCost
 
 FLOAT_MARGIN = Fraction(1, 10**12)  # relative round-up of the accountant's float figure
@@ -48,6 +49,11 @@ class StepNoise:
     def multiplier(self) -> float:
         """The noise multiplier z = sigma / delta."""
         return math.sqrt(float(self.sigma2 / self.delta**2))
+
+    @property
+    def gaussian(self) -> GaussianMechanism:
+        """One step as the discrete Gaussian mechanism: delta^2 / (2 sigma2)-zCDP."""
+        return GaussianMechanism(self.delta**2, self.sigma2)
 
 
 def _max_ratio(event: dp_accounting.DpEvent) -> float:
@@ -79,7 +85,7 @@ def charge(noise: StepNoise, steps: int) -> PrivacyCost:
     """
     figure = Fraction(accountant_rho(noise, steps)) * (1 + FLOAT_MARGIN)
     cost = PrivacyCost.from_fraction("zcdp", figure)
-    exact = steps * noise.delta**2 / (2 * noise.sigma2)
+    exact = steps * noise.gaussian.rho  # zCDP composes by adding rhos
     if cost.value < exact:  # float error below the exact cost: a bug, never charge less
         raise ConfigurationError("internal error: the accountant's figure is below the exact "
                                  "zCDP cost; this is a bug in dpsql")
@@ -99,7 +105,10 @@ def calibrate(budget: PrivacyCost, delta: Fraction, steps: int,
     if budget.is_zero:
         raise ConfigurationError("no budget is left for DP-SGD; lower seed_share or raise the "
                                  "release's epsilon")
-    sigma2 = Fraction(used_sigma2(steps * delta**2 / (2 * budget.value)))
+    # The exact start: ``steps`` Gaussian steps of sensitivity delta are one of squared
+    # sensitivity steps * delta^2 (rhos add up).
+    sigma2 = Fraction(used_sigma2(GaussianMechanism.calibrate_squared(steps * delta**2,
+                                                                      budget).sigma2))
     for _ in range(64):
         noise = StepNoise(sigma2, delta)
         cost = charge(noise, steps)

@@ -29,8 +29,8 @@ import duckdb
 import numpy as np
 
 from dpsql.domain import Domain
+from dpsql.mechanisms.exponential import ExponentialMechanism
 from dpsql.privacy import PrivacyCost
-from dpsql.synth.exponential import ExponentialMechanism
 from dpsql.synth.measure import Measurement, count_marginals, measure_marginals
 from dpsql.synth.spanning import components, grow
 

@@ -22,8 +22,9 @@ values seen in the data, so SDS's delta-threshold on 1-counts is not needed.
 
 1. Record count ``n``: one unit changes it by at most m. Discrete Gaussian
    noise with ``sigma_N^2 = m^2 / (2 rho_N)`` is ``rho_N``-zCDP (Canonne, Kamath
-   & Steinke 2020, Thm 4). Skipped, and its share given to the counts, when the
-   policy declares the row count public.
+   & Steinke 2020, Thm 4; :class:`dpsql.mechanisms.gaussian.GaussianMechanism`).
+   Skipped, and its share given to the counts, when the policy declares the row
+   count public.
 2. Percentile at length k: candidates ``t in {0, ..., C(d, k)}`` (d columns: a
    public range). With ``L(t) = #{v_j < t}``, ``R(t) = #{v_j <= t}`` over the
    records' numbers ``v_j`` of candidate k-tuples, the score in hundredths of a
@@ -35,7 +36,8 @@ values seen in the data, so SDS's delta-threshold on 1-counts is not needed.
    Claim 3.9, for non-monotone scores holds for any integer noise whose tail
    ratio under an integer shift s is at least ``e^{-s/b}``, which the discrete
    Laplace satisfies. epsilon-DP implies ``epsilon^2/2``-zCDP (Bun & Steinke
-   2016, Prop. 1.4), so ``b = 2 Delta_u / sqrt(2 rho_Q / R)``.
+   2016, Prop. 1.4), so ``b = 2 Delta_u / sqrt(2 rho_Q / R)``
+   (:class:`dpsql.mechanisms.noisy_max.ReportNoisyMax`).
 3. k-tuple counts: after dropping, a record adds 1 to at most ``s_k`` distinct
    candidate tuples; a unit adds at most m to any tuple and at most ``m s_k`` in
    all, so the L2 sensitivity is ``Delta_k = m sqrt(s_k)``
@@ -76,8 +78,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from dpsql import noise
-from dpsql.privacy import LaplaceMechanism, PrivacyCost, to_fraction
+from dpsql.mechanisms.gaussian import GaussianMechanism
+from dpsql.mechanisms.noisy_max import ReportNoisyMax
+from dpsql.privacy import PrivacyCost, to_fraction
 from dpsql.progress import Progress
 from dpsql.synth.sds.tuples import Items, TupleSpace, TupleTable, candidates
 
@@ -158,10 +161,8 @@ def gaussian(counts: np.ndarray, sensitivity2: Fraction,
     """
     if cost.infinite:
         return counts.astype(np.int64), Fraction(0), PrivacyCost.unbounded("zcdp")
-    sigma2 = noise.used_gaussian_sigma2(sensitivity2 / (2 * cost.value))
-    noisy = noise.add_discrete_gaussian(counts.astype(np.int64), sigma2)
-    spent = PrivacyCost.from_fraction("zcdp", sensitivity2 / (2 * Fraction(sigma2)))
-    return noisy, Fraction(sigma2), spent
+    mechanism = GaussianMechanism.calibrate_squared(sensitivity2, cost).used()
+    return mechanism.release(counts.astype(np.int64)), mechanism.sigma2, mechanism.cost()
 
 
 def percentile_scores(histogram: np.ndarray, percent: int) -> np.ndarray:
@@ -182,17 +183,14 @@ def dp_percentile(histogram: np.ndarray, percent: int, max_rows: int,
 
     Privacy: scores have sensitivity ``max_rows * max(p, 100-p)`` (module docstring,
     step 2); discrete Laplace report-noisy-max of scale b is ``2 Delta / b``-DP,
-    charged as ``(2 Delta / b)^2 / 2``-zCDP. Returns (value, scale, cost).
+    charged as ``(2 Delta / b)^2 / 2``-zCDP (:class:`ReportNoisyMax`). Returns
+    (value, scale, cost).
     """
     scores = percentile_scores(histogram, percent)
     if cost.infinite:
         return int(np.argmax(scores)), Fraction(0), PrivacyCost.unbounded("zcdp")
-    sensitivity = 2 * max_rows * max(percent, 100 - percent)
-    lap = LaplaceMechanism.calibrate(sensitivity, cost)
-    scale = noise.used_laplace_scale(lap.scale)
-    noisy = scores + noise.discrete_laplace(scale, len(scores))
-    used = LaplaceMechanism(Fraction(sensitivity), Fraction(scale))
-    return int(np.argmax(noisy)), Fraction(scale), used.cost("zcdp")
+    mechanism = ReportNoisyMax.calibrate(max_rows * max(percent, 100 - percent), cost).used()
+    return mechanism.select(scores), mechanism.scale, mechanism.cost("zcdp")
 
 
 def threshold(settings: Settings, k: int, sigma2: Fraction) -> float:

@@ -27,6 +27,7 @@ import numpy as np
 
 from dpsql import _exact
 from dpsql.errors import ConfigurationError
+from dpsql.mechanisms.base import positive, verified
 from dpsql.privacy import Kind, Number, PrivacyCost, to_fraction
 
 _RATE_BITS = 40  # epsilon / (2 sensitivity) is rounded down to a multiple of 2**-40
@@ -34,7 +35,13 @@ _RATE_BITS = 40  # epsilon / (2 sensitivity) is rounded down to a multiple of 2*
 
 @dataclass(frozen=True)
 class ExponentialMechanism:
-    """Select one of several candidates with integer scores of bounded ``sensitivity``."""
+    """Select one of several candidates with integer scores of bounded ``sensitivity``.
+
+    Privacy: epsilon-DP, and (epsilon^2 / 8)-zCDP, when one privacy unit moves
+    every score by at most ``sensitivity`` (module docstring). Used by SQL
+    quantiles (:mod:`dpsql.query.quantile`) and by the synthesizers' selections
+    (AIM's and MST's marginals, NAPSU-MQ's MST rounds).
+    """
 
     sensitivity: Fraction
     epsilon: Fraction
@@ -43,9 +50,7 @@ class ExponentialMechanism:
     @classmethod
     def calibrate(cls, sensitivity: Number, cost: PrivacyCost) -> ExponentialMechanism:
         """The largest epsilon (on a 2**-40 grid of the rate) whose cost fits in ``cost``."""
-        sens = to_fraction(sensitivity, "sensitivity")
-        if sens <= 0:
-            raise ConfigurationError(f"sensitivity must be > 0, got {sensitivity}")
+        sens = positive(sensitivity, "sensitivity")
         if cost.infinite or cost.is_zero:
             raise ConfigurationError("the exponential mechanism needs a finite, positive budget")
         target = math.sqrt(8 * cost.value) if cost.kind == "zcdp" else float(cost.value)
@@ -56,7 +61,7 @@ class ExponentialMechanism:
             mechanism = cls(sens, 2 * sens * rate)
         if mechanism.epsilon <= 0:
             raise ConfigurationError("the selection budget is too small to choose anything")
-        return mechanism
+        return verified(mechanism, mechanism.check(sens, cost))
 
     @property
     def rate(self) -> Fraction:

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from dpsql.errors import ConfigurationError
+from dpsql.mechanisms.exponential import ExponentialMechanism
 from dpsql.privacy import PrivacyCost
-from dpsql.synth.exponential import ExponentialMechanism
 
 FALSE_POSITIVE_RATE = 1e-6  # per goodness-of-fit check
 
