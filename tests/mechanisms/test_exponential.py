@@ -60,3 +60,30 @@ def test_selection_follows_the_exponential_law_and_rejects_wrong_rates() -> None
     assert right < critical
     for wrong in (0.35, 0.65):  # the rate scaled by 0.7 and 1.3 must be rejected
         assert stats.chisquare(counts, draws * law(scores, wrong)).statistic > critical
+
+
+@pytest.mark.parametrize("cost", [PrivacyCost.pure("0.5"), PrivacyCost.zcdp(Fraction(1, 32))],
+                         ids=["pure", "zcdp"])
+def test_the_map_holds_at_the_budget_and_not_a_quantum_below(cost: PrivacyCost) -> None:
+    """Epsilon 1/2 (or rho 1/32 = (1/2)^2 / 8) lies on the rate grid: the boundary is exact."""
+    mechanism = ExponentialMechanism.calibrate(2, cost)
+    assert mechanism.epsilon == Fraction(1, 2)
+    assert mechanism.cost(cost.kind) == cost
+    assert mechanism.check(2, cost)
+    assert not mechanism.check(2, PrivacyCost(cost.kind, cost.units - 1))
+    assert not mechanism.check(4, cost)  # scores twice as far apart
+
+
+def test_cost_in_both_accountings() -> None:
+    mechanism = ExponentialMechanism(Fraction(1), Fraction(1, 2))
+    assert mechanism.cost("pure") == PrivacyCost.pure("0.5")
+    assert mechanism.cost("zcdp") == PrivacyCost.zcdp(Fraction(1, 32))  # bounded range
+
+
+@pytest.mark.parametrize("cost", [PrivacyCost.pure("0.5"), PrivacyCost.zcdp("0.01")],
+                         ids=["pure", "zcdp"])
+def test_a_scale_too_small_by_0_7_fails_the_map(cost: PrivacyCost) -> None:
+    """The scale 2 sensitivity / epsilon times 0.7 is epsilon / 0.7: more than the budget."""
+    mechanism = ExponentialMechanism.calibrate(1, cost)
+    wrong = ExponentialMechanism(mechanism.sensitivity, mechanism.epsilon / Fraction(7, 10))
+    assert not wrong.check(1, cost)
