@@ -34,7 +34,7 @@ from sqlglot import exp
 import dpsql
 from dpsql.engines.base import EngineError
 from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
-from dpsql.query import post
+from dpsql.query import evaluate
 from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
 from dpsql.query.planner import plan_query
 from dpsql.query.predicates import Folder, RowChecker, _ends_with_escape
@@ -272,7 +272,7 @@ def test_post_processing_that_cannot_be_evaluated_is_refused_before_the_charge(
         sessions: dict[str, Session], monkeypatch: pytest.MonkeyPatch) -> None:
     """The check before the charge, on its own: with the evaluator's type unification undone
     (as it was when the issue was filed), the query is refused, and nothing is charged."""
-    monkeypatch.setattr(post, "_unified", lambda *values: list(values))
+    monkeypatch.setattr(evaluate, "_unified", lambda *values: list(values))
     found = same_everywhere(sessions, "SELECT s, COALESCE(AVG(d), 9223372036854775807) AS a "
                                       "FROM t GROUP BY s")
     assert found.startswith("refused: the SELECT, HAVING and ORDER BY expressions cannot be "
