@@ -20,8 +20,9 @@ from sqlglot import exp
 
 from dpsql.policy import Column
 from dpsql.query.dialect import describe, reject
+from dpsql.query.literals import sql_type
 from dpsql.query.model import SPREAD, Aggregate, Measure
-from dpsql.query.predicates import RowChecker, RowScope, sql_type
+from dpsql.query.predicates import RowChecker, RowScope
 from dpsql.query.quantile import quantile_call
 
 #: The accepted aggregate functions, by sqlglot node (DuckDB's VARIANCE is VAR_SAMP and

@@ -21,8 +21,9 @@ from sqlglot import exp
 
 from dpsql.policy import Column, Policy, PublicTable, did_you_mean
 from dpsql.query.dialect import describe, reject, unparen
+from dpsql.query.literals import sql_type, total_numeric
 from dpsql.query.model import Join
-from dpsql.query.predicates import PublicScope, RowScope, sql_type, total_numeric
+from dpsql.query.predicates import PublicScope, RowScope
 
 _ADVICE = "write FROM dataset [LEFT] JOIN public_table ON dataset.column = public_table.key"
 _TABLE_ARGS = ("joins", "laterals", "pivots", "sample", "version", "when", "changes")

@@ -35,8 +35,9 @@ from dpsql.query.dialect import (
 )
 from dpsql.query.joins import PublicCatalog, check_join, public_key
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
+from dpsql.query.literals import Type, read_number
 from dpsql.query.model import GroupKey, Join, Measure, Order, Output, QueryPlan
-from dpsql.query.predicates import RowChecker, RowScope, Type, read_number
+from dpsql.query.predicates import RowChecker, RowScope
 from dpsql.query.selection import COUNT_ROWS
 
 _SELECT_ARGS = {"expressions", "from_", "joins", "where", "group", "having", "order", "limit",

@@ -31,8 +31,8 @@ from dpsql.errors import QueryRejected
 from dpsql.mechanisms.additive import Noise
 from dpsql.query.aggregates import bounds_of
 from dpsql.query.evaluate import Value, as_type, evaluate
+from dpsql.query.literals import sql_type
 from dpsql.query.model import COUNTS, QUANTILES, SPREAD, Aggregate, QueryPlan
-from dpsql.query.predicates import sql_type
 from dpsql.query.quantile import MeasureNoise, QuantileNoise
 from dpsql.query.render import key_arrays, midpoint
 

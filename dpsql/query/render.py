@@ -42,8 +42,8 @@ from dpsql.policy import Column
 from dpsql.privacy import Kind, PrivacyCost
 from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.aggregates import bounds_of
+from dpsql.query.literals import total_numeric
 from dpsql.query.model import GroupKey, Join, Measure, QueryPlan
-from dpsql.query.predicates import total_numeric
 from dpsql.query.quantile import Grid, MeasureNoise, histograms, quantile_noise
 from dpsql.store import BOUNDABLE_TYPES
 
