@@ -23,7 +23,9 @@ from typing import Any, Literal
 
 import yaml
 
+from dpsql.engine_spec import EngineSpec, read_engine
 from dpsql.errors import ConfigurationError, PolicyError
+from dpsql.policy_legacy import old_public_counts
 from dpsql.privacy import Kind, PrivacyCost, budget_cost
 
 ColumnType = Literal["categorical", "integer", "float", "hidden"]
@@ -63,54 +65,6 @@ class Column:
     def open_keys(self) -> bool:
         """A categorical column with no value list: GROUP BY selects its keys privately."""
         return self.type == "categorical" and self.values is None
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """Where a dataset's rows live when not in the store: PostgreSQL or Spark.
-
-    The policy holds no credential: the connection string comes from the
-    environment variable ``dsn_env``, or is ``dsn`` (refused if it holds a
-    password) with the password from the environment variable ``password_env``.
-    A Spark dataset names a ``table`` of the session's catalog or a Parquet
-    ``path``, and the ``master`` to run on (None: $SPARK_MASTER, else local[2]).
-    """
-
-    kind: Literal["postgres", "spark"]
-    table: str | None = None  # schema.table on PostgreSQL, [database.]table on Spark
-    dsn: str | None = None
-    dsn_env: str | None = None
-    password_env: str | None = None
-    path: str | None = None
-    master: str | None = None
-
-    @property
-    def schema_name(self) -> str:
-        """The schema part of ``table``."""
-        return self.name_parts[0]
-
-    @property
-    def table_name(self) -> str:
-        """The table part of ``table``."""
-        return self.name_parts[-1]
-
-    @property
-    def name_parts(self) -> tuple[str, ...]:
-        """The table's name on the engine, part by part (a path is read as a view of it)."""
-        if self.path is not None:
-            return (f"_dpsql_parquet_{hashlib.sha256(self.path.encode()).hexdigest()[:16]}",)
-        assert self.table is not None
-        return tuple(self.table.split("."))
-
-    @property
-    def product(self) -> str:
-        """The engine's name as people write it."""
-        return {"postgres": "PostgreSQL", "spark": "Spark"}[self.kind]
-
-    @property
-    def location(self) -> str:
-        """What messages name: the table, or the Parquet path."""
-        return self.table if self.table is not None else f"Parquet {self.path}"
 
 
 @dataclass(frozen=True)
@@ -227,7 +181,7 @@ class Policy:
         """Validate policy YAML ``text``; ``source`` names it in error messages.
 
         ``stored``: the text comes from a store, where it was valid when applied
-        (see :func:`_old_public_counts`).
+        (see :func:`dpsql.policy_legacy.old_public_counts`).
         """
         try:
             raw = yaml.safe_load(text)
@@ -426,58 +380,8 @@ def _dataset(name: str, raw: dict[str, Any], kind: Kind, delta: float | None,
         allow_non_dp=raw.get("allow_non_dp", False),
         allow_options=tuple(raw.get("allow_options", ())),
         description=raw.get("description"),
-        engine=_engine(raw["engine"], source, where + ".engine") if "engine" in raw else None,
+        engine=read_engine(raw["engine"], source, where + ".engine") if "engine" in raw else None,
     )
-
-
-def _engine(raw: dict[str, Any], source: str, where: str) -> EngineSpec:
-    """The dataset's engine; a ``dsn`` written in the policy may not hold a password."""
-    if raw["kind"] == "spark":
-        return _spark_engine(raw, source, where)
-    if "table" not in raw or "." not in raw["table"]:
-        raise _fail(source, where + ".table", "a PostgreSQL dataset names its table as "
-                    "schema.table (e.g. public.visits)")
-    if "path" in raw or "master" in raw:
-        raise _fail(source, where, "path and master are Spark settings; a PostgreSQL dataset "
-                    "names a dsn and a table")
-    if ("dsn" in raw) == ("dsn_env" in raw):
-        raise _fail(source, where, "give exactly one of dsn (without a password) or dsn_env "
-                    "(the name of an environment variable holding the connection string)")
-    if "password_env" in raw and "dsn" not in raw:
-        raise _fail(source, where + ".password_env", "password_env goes with dsn (a dsn_env "
-                    "connection string carries its own password)")
-    if "dsn" in raw and _has_password(raw["dsn"]):
-        raise _fail(source, where + ".dsn", "the dsn holds a password, and the policy is shown "
-                    "to analysts: remove it and name an environment variable holding it with "
-                    "password_env")
-    return EngineSpec(kind=raw["kind"], table=raw["table"], dsn=raw.get("dsn"),
-                      dsn_env=raw.get("dsn_env"), password_env=raw.get("password_env"))
-
-
-def _spark_engine(raw: dict[str, Any], source: str, where: str) -> EngineSpec:
-    """A Spark dataset: exactly one of a catalog table or a Parquet path, no credentials."""
-    if ("table" in raw) == ("path" in raw):
-        raise _fail(source, where, "a Spark dataset gives exactly one of table (a table of "
-                    "the Spark catalog) or path (a Parquet file or directory)")
-    extra = sorted({"dsn", "dsn_env", "password_env"} & set(raw))
-    if extra:
-        raise _fail(source, where + "." + extra[0], "a Spark dataset takes no connection "
-                    "string: name the cluster with master (or $SPARK_MASTER)")
-    return EngineSpec(kind="spark", table=raw.get("table"), path=raw.get("path"),
-                      master=raw.get("master"))
-
-
-def _has_password(dsn: str) -> bool:
-    """Whether a libpq connection string (key=value or URI) carries a password."""
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-    except ImportError as err:
-        raise ConfigurationError("a dataset on PostgreSQL needs psycopg: pip install "
-                                 "'dpsql[postgres]'") from err
-    try:
-        return "password" in conninfo_to_dict(dsn)
-    except Exception:
-        return True
 
 
 def _user(name: str, raw: dict[str, Any], datasets: Mapping[str, Dataset], kind: Kind,
@@ -513,7 +417,7 @@ def _build(raw: Any, text: str, source: str, stored: bool = False) -> Policy:
         raise PolicyError(f"{source}: a policy is a YAML mapping with version, accounting, "
                           "datasets and users")
     canonical = _canonical(raw)
-    raw, legacy = _old_public_counts(raw, source, stored)
+    raw, legacy = old_public_counts(raw, source, stored)
     _schema_error(source, raw)
     kind: Kind = raw["accounting"]
     delta = raw.get("delta")
@@ -556,36 +460,6 @@ def _build(raw: Any, text: str, source: str, stored: bool = False) -> Policy:
         answer_cache_mb=float(raw.get("answer_cache_mb", 256.0)),
         public_tables=MappingProxyType(public),
     )
-
-
-OLD_PUBLIC_COUNT = (
-    "public_row_count: true (or false) is no longer accepted, because dpsql never takes a count "
-    "of the rows as public: write the number of rows the data owner states as public knowledge "
-    "(e.g. public_row_count: 32561), or remove the line and let each release estimate the "
-    "count with noise")
-
-
-def _old_public_counts(raw: dict[str, Any], source: str,
-                       stored: bool) -> tuple[dict[str, Any], set[str]]:
-    """Refuse the old boolean ``public_row_count``; in a stored policy read it as absent.
-
-    A store applied such a policy before the boolean was dropped: refusing it
-    there would lock everyone out until an admin re-applies, while reading it
-    as "not public" only costs the release a noisy count. Returns the policy
-    without those lines and the datasets that said ``true`` (releases warn).
-    """
-    datasets = raw.get("datasets")
-    if not isinstance(datasets, dict):
-        return raw, set()
-    old = [name for name, spec in datasets.items()
-           if isinstance(spec, dict) and isinstance(spec.get("public_row_count"), bool)]
-    if not old:
-        return raw, set()
-    if not stored:
-        raise _fail(source, f"datasets.{old[0]}.public_row_count", OLD_PUBLIC_COUNT)
-    cleaned = {name: {k: v for k, v in spec.items() if k != "public_row_count"}
-               if name in old else spec for name, spec in datasets.items()}
-    return {**raw, "datasets": cleaned}, {n for n in old if datasets[n]["public_row_count"]}
 
 
 def _diff(old: Any, new: Any, where: str = "") -> list[str]:

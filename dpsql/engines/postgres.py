@@ -27,11 +27,10 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import make_conninfo
 from sqlglot import exp
 
+from dpsql.engine_spec import EngineSpec
+from dpsql.engines.base import EngineError, Links, intersected, number, unwrap
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import ConfigurationError, QueryCanceled
-from dpsql.interrupt import Interrupter
-from dpsql.policy import EngineSpec
-from dpsql.query.engine import EngineError, Links, intersected, number
-from dpsql.query.portable import unwrap
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 10  # seconds before an unreachable server is reported

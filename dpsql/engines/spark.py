@@ -28,10 +28,10 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from sqlglot import exp
 
+from dpsql.engine_spec import EngineSpec
+from dpsql.engines.base import EngineError
+from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import QueryCanceled
-from dpsql.interrupt import Interrupter
-from dpsql.policy import EngineSpec
-from dpsql.query.engine import EngineError
 
 log = logging.getLogger(__name__)
 DEFAULT_MASTER = "local[2]"

@@ -24,6 +24,7 @@ import yaml
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install 'dpsql[spark]')")
 
 import dpsql
+from dpsql.engine_spec import EngineSpec
 from dpsql.engines.base import EngineError
 from dpsql.engines.interrupt import Interrupter
 from dpsql.engines.local import DuckDBEngine
@@ -36,7 +37,7 @@ from dpsql.errors import (
     QueryRejected,
     ReleaseError,
 )
-from dpsql.policy import EngineSpec, Policy
+from dpsql.policy import Policy
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import ACS_DATA, ACS_POLICY, INFINITE, with_budgets
 from tests.query.engine_corpus import (
