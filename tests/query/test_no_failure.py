@@ -36,8 +36,8 @@ from dpsql.engines.base import EngineError
 from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
 from dpsql.query import evaluate
 from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
-from dpsql.query.planner import plan_query
 from dpsql.query.literals import Folder
+from dpsql.query.planner import plan_query
 from dpsql.query.predicates import RowChecker, _ends_with_escape
 from dpsql.query.render import Context, to_sql
 from dpsql.query.statement import QueryStatement, classify

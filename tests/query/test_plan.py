@@ -13,9 +13,9 @@ import sqlglot
 
 import dpsql
 from dpsql.query.dialect import DIALECT
+from dpsql.query.evaluate import arrow_pattern
 from dpsql.query.model import canonical_sql
 from dpsql.query.planner import plan_query
-from dpsql.query.evaluate import arrow_pattern
 from dpsql.query.render import (
     PASSES,
     Context,
