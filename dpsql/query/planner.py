@@ -37,6 +37,7 @@ from dpsql.query.joins import PublicCatalog, check_join, public_key
 from dpsql.query.keys import check_cells, policy_bins_key, value_key, width_key
 from dpsql.query.literals import Type, read_number
 from dpsql.query.model import GroupKey, Join, Measure, Order, Output, QueryPlan
+from dpsql.query.postcheck import AGGREGATE_NODES, PostChecker, is_dp_bin
 from dpsql.query.predicates import RowChecker, RowScope
 from dpsql.query.selection import COUNT_ROWS
 
@@ -53,56 +54,10 @@ _CLAUSE_NAMES = {
     "pivots": ("PIVOT", "use GROUP BY"),
 }
 DP_OPTIONS = ("epsilon", "delta", "rho")
-#: Nodes that are one aggregate call (``PERCENTILE_CONT(q) WITHIN GROUP (...)`` is a WithinGroup).
-AGGREGATE_NODES = (exp.AggFunc, exp.Filter, exp.WithinGroup)
-
-
-def is_dp_bin(node: exp.Expr) -> exp.Anonymous | None:
-    """The ``dp_bin(...)`` call in ``node`` (bare or as ``udfs.dp_bin``), else None."""
-    if isinstance(node, exp.Dot) and isinstance(node.this, exp.Identifier) \
-            and node.this.name.lower() == "udfs":
-        node = node.expression
-    if isinstance(node, exp.Anonymous) and node.name.lower() == "dp_bin":
-        return node
-    return None
-
-
 def _int_literal(node: exp.Expr | None) -> int | None:
     if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
         return int(node.this)
     return None
-
-
-class _PostChecker(RowChecker):
-    """Expressions of SELECT, HAVING and ORDER BY: keys, aggregates, literals, arithmetic."""
-
-    context = "SELECT, HAVING and ORDER BY"
-    advice = ("select GROUP BY keys, aggregates (COUNT, SUM, AVG, VAR_POP, MEDIAN, ...) "
-              "and arithmetic on them; "
-              "see docs/sql.md")
-
-    def __init__(self, planner: _Planner, aliases: Mapping[str, tuple[exp.Expr, Type]]) -> None:
-        super().__init__(planner.scope)
-        self.planner = planner
-        self.aliases = aliases
-
-    def check(self, node: exp.Expr) -> tuple[exp.Expr, Type]:
-        if isinstance(node, AGGREGATE_NODES):
-            return exp.column(f"_a{self.planner.aggs.add(node)}"), "num"
-        if isinstance(node, exp.Column) and not node.table:
-            alias = self.aliases.get(node.name.lower())
-            if alias is not None and node.name.lower() not in self.planner.column_names:
-                return alias
-        key = self.planner.key_index(node)
-        if key is not None:
-            return exp.column(f"_k{key}"), self.planner.key_types[key]
-        if isinstance(node, exp.Column) or is_dp_bin(node) is not None:
-            col = self.scope.column(node) if isinstance(node, exp.Column) else None
-            name = col.name if col else node.sql()
-            raise reject(self.source, f"{name} is used outside an aggregate but is not a "
-                         "GROUP BY key", node, construct=f"private column {name}",
-                         advice="aggregate it (COUNT, SUM, AVG) or add it to GROUP BY")
-        return super().check(node)
 
 
 class _Planner:
@@ -136,7 +91,7 @@ class _Planner:
         self._group(select, items)
         outputs = self._outputs(items)
         aliases = {o.name.lower(): (o.expr, t) for o, t in outputs}
-        post = _PostChecker(self, aliases)
+        post = PostChecker(self, aliases)
         having = select.args.get("having")
         having_expr = post.predicate(having.this, "HAVING") if having is not None else None
         order = self._order(select, [o for o, _ in outputs], post)
@@ -419,7 +374,7 @@ class _Planner:
         return measures if COUNT_ROWS in measures else (*measures, COUNT_ROWS)
 
     def _outputs(self, items: list[tuple[exp.Expr, str | None]]) -> list[tuple[Output, Type]]:
-        post = _PostChecker(self, {})
+        post = PostChecker(self, {})
         outputs: list[tuple[Output, Type]] = []
         used: set[str] = set()
         for node, alias in items:
@@ -452,7 +407,7 @@ class _Planner:
 
     # -- ORDER BY, LIMIT ---------------------------------------------------------------------
     def _order(self, select: exp.Select, outputs: list[Output],
-               post: _PostChecker) -> list[Order]:
+               post: PostChecker) -> list[Order]:
         order = select.args.get("order")
         if order is None:
             return []
