@@ -17,7 +17,7 @@ from dpsql.policy import Policy
 from dpsql.privacy import rho_from_epsilon_delta
 from dpsql.progress import silent
 from dpsql.synth import get
-from dpsql.synth.napsu_mq import laplace, nuts
+from dpsql.synth.napsu_mq import jumps, laplace, nuts
 from dpsql.synth.napsu_mq.evidence import Observed, reduce
 from dpsql.synth.napsu_mq.structure import Structure
 
@@ -107,7 +107,7 @@ def test_corrected_tuned_nuts_targets_the_exact_posterior(monkeypatch: pytest.Mo
     interaction (below the exact median minus 3). Here a third of the mass is
     in the tail, so the tail threshold is lowered to make jumps happen.
     """
-    monkeypatch.setattr(nuts, "TAIL_MADS", 1.5)
+    monkeypatch.setattr(jumps, "TAIL_MADS", 1.5)
     structure, reduced = near_empty_cell_evidence()
     rng = np.random.default_rng(11)
     with jax.enable_x64(True):
@@ -155,7 +155,7 @@ def joint_log_potential(structure: Structure, theta: np.ndarray) -> np.ndarray:
 def test_cell_directions_scale_exactly_one_cell() -> None:
     """Moving theta along a cell direction adds 1 to the log-potential of that cell only."""
     structure = Structure.build((2, 3, 2), [(0, 1), (1, 2)])
-    directions = nuts.cell_directions(structure)
+    directions = jumps.cell_directions(structure)
     theta = np.random.default_rng(0).normal(size=structure.dim)
     cells = set()
     for d in directions:
@@ -176,7 +176,7 @@ def test_jumps_are_fitted_to_heavy_tailed_directions_only() -> None:
     heavy = np.where(rng.random(shape) < 0.05, rng.normal(-15, 6, shape),
                      rng.normal(2.0, 0.3, shape))
     phi = np.stack([rng.normal(1.0, 0.3, shape), rng.normal(0.5, 0.3, shape), heavy], axis=-1)
-    jump, count = nuts._jumps(phi, np.eye(3), structure)
+    jump, count = jumps.proposals(phi, np.eye(3), structure)
     # The heavy interaction moves the cell (1, 1) and the cells with one reference value.
     picked = np.asarray(jump.pick) > 0
     assert count == picked.sum() >= 1
@@ -187,9 +187,9 @@ def test_jumps_are_fitted_to_heavy_tailed_directions_only() -> None:
     weight, mean, sd = (np.asarray(a)[i] for a in (jump.weight, jump.mean, jump.sd))
     assert abs(mean[0] - 2.0) < 0.1
     assert mean[1] < -10
-    assert 0.9 < weight[0] / (1 - nuts.PRIOR_WEIGHT) <= 0.95
+    assert 0.9 < weight[0] / (1 - jumps.PRIOR_WEIGHT) <= 0.95
     # The conditional prior of the coordinate: N(0, 10^2 / |d|^2), here |d| = 1.
-    assert weight[2] == pytest.approx(nuts.PRIOR_WEIGHT)
+    assert weight[2] == pytest.approx(jumps.PRIOR_WEIGHT)
     assert (mean[2], sd[2]) == (0.0, pytest.approx(10.0))
     assert weight.sum() == pytest.approx(1.0)
 
@@ -205,29 +205,29 @@ def test_jumps_cover_cells_near_zero_the_pilot_missed() -> None:
     structure = Structure.build((2, 2), [(0, 1)])
     rng = np.random.default_rng(1)
     phi = rng.normal([1.0, 0.5, 2.0], 0.3, (4, 500, 3))
-    directions = nuts.cell_directions(structure)
+    directions = jumps.cell_directions(structure)
     signal = np.full(len(directions), 50.0)
-    jump, count = nuts._jumps(phi, np.eye(3), structure, signal, prior_sd=10.0)
+    jump, count = jumps.proposals(phi, np.eye(3), structure, signal, prior_sd=10.0)
     assert count == 0
     k = int(np.argmax(np.sum(directions**2, axis=1)))  # the widest direction: |d|^2 = 3
     signal[k] = 2.5
-    jump, count = nuts._jumps(phi, np.eye(3), structure, signal, prior_sd=10.0)
+    jump, count = jumps.proposals(phi, np.eye(3), structure, signal, prior_sd=10.0)
     picked = np.flatnonzero(np.asarray(jump.pick))
     assert count == 1
     assert list(picked) == [k]
     weight, mean, sd = (np.asarray(a)[k] for a in (jump.weight, jump.mean, jump.sd))
     coordinate = phi.reshape(-1, 3) @ directions[k] / 3
     assert weight[1] == 0
-    assert weight[2] == pytest.approx(nuts.PRIOR_WEIGHT)
+    assert weight[2] == pytest.approx(jumps.PRIOR_WEIGHT)
     assert mean[0] == pytest.approx(coordinate.mean())
     assert sd[0] == pytest.approx(coordinate.std())
     assert sd[2] == pytest.approx(10.0 / np.sqrt(3))
     # A cell measured at about zero (one prior-dominated mode) is picked less often.
     empty = (k + 1) % len(directions)
     signal[empty] = 0.5
-    jump, count = nuts._jumps(phi, np.eye(3), structure, signal, prior_sd=10.0)
+    jump, count = jumps.proposals(phi, np.eye(3), structure, signal, prior_sd=10.0)
     assert count == 2
-    assert float(jump.pick[empty]) == pytest.approx(nuts.EMPTY_PICK * float(jump.pick[k]))
+    assert float(jump.pick[empty]) == pytest.approx(jumps.EMPTY_PICK * float(jump.pick[k]))
 
 
 def test_cell_signal_is_each_cells_noisy_count_over_its_noise_sd() -> None:
@@ -241,8 +241,8 @@ def test_cell_signal_is_each_cells_noisy_count_over_its_noise_sd() -> None:
     structure = Structure.build((2, 3), [(0, 1)])
     noisy = np.array([[40.0, 3.0, 12.0], [7.0, 90.0, -2.0]])
     reduced = reduce(structure, [Observed((0, 1), noisy, 25.0)])
-    directions = nuts.cell_directions(structure)
-    signal = nuts.cell_signal(structure, reduced)
+    directions = jumps.cell_directions(structure)
+    signal = jumps.cell_signal(structure, reduced)
     assert signal.shape == (len(directions),)
     theta = np.random.default_rng(0).normal(size=structure.dim)
     for d, ratio in zip(directions, signal, strict=True):
