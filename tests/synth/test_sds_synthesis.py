@@ -13,17 +13,9 @@ import pytest
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost, rho_from_epsilon_delta
 from dpsql.synth.sds import SDS, FittedSDS, synthesis
-from dpsql.synth.sds.synthesis import (
-    Options,
-    Synthesizer,
-    Weights,
-    _Batch,
-    _insert,
-    _kept,
-    _percentile,
-    dependence,
-)
+from dpsql.synth.sds.synthesis import Options, Synthesizer, _Batch, _insert, _kept, _percentile
 from dpsql.synth.sds.tuples import EMPTY, Items
+from dpsql.synth.sds.weights import Weights, dependence
 from tests.synth.sds_fixtures import (
     FakeDomainItems,
     levels_from,
@@ -91,7 +83,7 @@ def test_dense_look_ups_sample_exactly_what_sorted_keys_do(fitted: FittedSDS, mo
     the released tables' sorted keys, so the speed-up cannot have moved the distribution."""
     assert {2, 3} <= set(Weights(fitted.items, fitted.aggregates.levels, 1.0, True)._dense)
     fast = sampler(fitted, synthetic, percentile).sample(800, 800, np.random.default_rng(5))
-    monkeypatch.setattr("dpsql.synth.sds.synthesis.DENSE_TUPLES", 0)
+    monkeypatch.setattr("dpsql.synth.sds.weights.DENSE_TUPLES", 0)
     slow = sampler(fitted, synthetic, percentile).sample(800, 800, np.random.default_rng(5))
     assert np.array_equal(fast[0], slow[0])
     assert fast[1] == slow[1]
@@ -418,7 +410,7 @@ def half_filled(items: Items, n: int, rng: np.random.Generator) -> _Batch:
 def test_the_paired_pass_draws_each_value_from_its_best_anchor(monkeypatch, dense: bool) -> None:
     """b is explained fully by a, half by g: drawn with a, it always matches a // 3."""
     if not dense:
-        monkeypatch.setattr("dpsql.synth.sds.synthesis.DENSE_TUPLES", 0)
+        monkeypatch.setattr("dpsql.synth.sds.weights.DENSE_TUPLES", 0)
     items, levels, synth = determined()
     weights = Weights(items, levels, 1.0, True)
     assert (2 in weights._dense) == dense
