@@ -35,11 +35,11 @@ import pyarrow as pa
 from _common import print_table, readme
 
 import dpsql
-from dpsql.query.free import FREE_CONFIG, FreeDatabase
-from dpsql.sandbox import Sandboxes
+from dpsql.query.free import FREE_CONFIG
 from dpsql.server import pgcatalog
 from dpsql.server.catalog import CATALOG_LIMITS, CatalogSource, relations
-from dpsql.store import HARDENED_CONFIG, Store
+from dpsql.services import open_store
+from dpsql.store import HARDENED_CONFIG
 
 FREE = {
     "SELECT 1 (no table)": "SELECT 1 AS one",
@@ -80,8 +80,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, Store.open(build(Path(tmp), args.rows)) as store:
-        free = store.state(FreeDatabase)
+    with tempfile.TemporaryDirectory() as tmp, open_store(build(Path(tmp), args.rows)) as store:
+        free = store.services.free
         source = CatalogSource(store)
         local_catalog = duckdb.connect(":memory:", config={**HARDENED_CONFIG, **CATALOG_LIMITS})
         pgcatalog.build_shared(local_catalog, relations(store))
@@ -107,7 +107,7 @@ def main() -> None:
             local.close()
         local_catalog.close()
         print(f"{args.runs} runs each, interleaved; released table of {args.rows:,} rows; "
-              f"{len(store.state(Sandboxes).pids())} sandbox(es); load average "
+              f"{len(store.services.sandboxes.pids())} sandbox(es); load average "
               f"{os.getloadavg()[0]:.2f}")
         print_table(results, args.json)
         added = statistics.median(r["added ms"] for r in results)

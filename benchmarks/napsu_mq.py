@@ -45,8 +45,10 @@ import dpsql
 from dpsql.analysis import rubin
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation
+from dpsql.policies import active_policy
 from dpsql.policy import Policy
 from dpsql.privacy import rho_from_epsilon_delta
+from dpsql.store import Store
 from dpsql.synth import get
 from dpsql.synth.measure import measure_marginals
 from dpsql.synth.napsu_mq import posterior as post
@@ -163,11 +165,11 @@ def toy(args: argparse.Namespace) -> None:
 # -- adult ----------------------------------------------------------------------------
 
 
-def adult_store(tmp: Path) -> tuple[dpsql.store.Store, Domain, duckdb.DuckDBPyRelation]:
+def adult_store(tmp: Path) -> tuple[Store, Domain, duckdb.DuckDBPyRelation]:
     policy = tmp / "adult.yaml"
     policy.write_text(ADULT_POLICY)
     store, _ = dpsql.init(tmp / "adult.duckdb", policy, {"adult": ADULT_CSV})
-    dataset = store.active_policy().datasets["adult"]
+    dataset = active_policy(store).datasets["adult"]
     return store, Domain.from_dataset(dataset), bounded_relation(store, dataset)
 
 

@@ -42,7 +42,7 @@ from _common import median_time, peak_rss_mb, print_table, readme, span
 
 import dpsql
 from dpsql.ledger import settled
-from dpsql.store import Store
+from dpsql.services import open_store
 
 # name -> the DP query, and the plain query it is timed against when they differ.
 QUERIES = {
@@ -97,7 +97,7 @@ def smartnoise(path: Path, runs: int) -> dict[str, float] | None:
     if not SMARTNOISE.exists():
         return None
     csv = path.with_suffix(".csv")
-    with Store.open(path) as store:
+    with open_store(path) as store:
         table = store.cursor().sql("SELECT sex, race, age, capital_gain FROM main.adult") \
             .to_arrow_table()
     pacsv.write_csv(table, csv)

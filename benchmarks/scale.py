@@ -41,8 +41,9 @@ from _common import adult10_policy, readme, shared_data
 import dpsql
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation
+from dpsql.imports import IMPORT_LIMITS
+from dpsql.policies import active_policy
 from dpsql.privacy import rho_from_epsilon_delta
-from dpsql.store import IMPORT_LIMITS
 from dpsql.synth import get
 
 ADULT_ROWS = 48_842
@@ -117,7 +118,7 @@ def sds_seconds(rows: int, runs: int, workdir: Path) -> float:
     policy.write_text(adult10_policy("{epsilon: 100}"))
     store, _ = dpsql.init(workdir / f"sds_{rows}.duckdb", policy, {"adult": source})
     try:
-        dataset = store.active_policy().dataset("adult")
+        dataset = active_policy(store).dataset("adult")
         domain = Domain.from_dataset(dataset)
         sds = get("sds")  # loads the synthesizer registry (and PyTorch) outside the timing
         times = []

@@ -37,7 +37,9 @@ import dpsql
 from dpsql.analysis import fidelity
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation
+from dpsql.policies import active_policy
 from dpsql.privacy import rho_from_epsilon_delta
+from dpsql.services import open_store
 from dpsql.store import Store
 from dpsql.synth import get
 from dpsql.synth.sds import _encoded
@@ -59,7 +61,7 @@ def build_store(name: str, workdir: Path) -> tuple[Store, Domain, np.ndarray]:
     """A store for ``name``, its domain and the true records' codes (-1 for empty)."""
     path = workdir / f"{name}.duckdb"
     if path.exists():
-        store = Store.open(path)
+        store = open_store(path)
     elif name == "adult":
         policy = workdir / "adult.yaml"
         policy.write_text(ADULT_POLICY)
@@ -67,7 +69,7 @@ def build_store(name: str, workdir: Path) -> tuple[Store, Domain, np.ndarray]:
     else:
         store, _ = dpsql.init(path, ROOT / "policies" / "acs.yaml",
                               {"acs": DATA / "acs" / "national2019.csv"}, na="N")
-    dataset = store.active_policy().dataset(name)
+    dataset = active_policy(store).dataset(name)
     domain = Domain.from_dataset(dataset)
     codes = _encoded(bounded_relation(store, dataset), domain)
     return store, domain, empty_as_minus_one(codes, domain)
@@ -163,7 +165,7 @@ def _dpsql_child(workdir: Path, name: str, epsilon: float, options: dict[str, st
                  seed: int) -> tuple[np.ndarray, set, dict[str, float]]:
     store, domain, _ = build_store(name, workdir)
     try:
-        dataset = store.active_policy().dataset(name)
+        dataset = active_policy(store).dataset(name)
         synth = get("sds", **options)
         rng = np.random.default_rng(seed)
         start = time.perf_counter()

@@ -45,7 +45,7 @@ from query_overhead import SAMPLE_ROWS, SMARTNOISE, build
 import dpsql
 from dpsql.privacy import PrivacyCost
 from dpsql.query.quantile import Grid, QuantileNoise
-from dpsql.store import Store
+from dpsql.services import open_store
 
 COLUMNS = {  # (data set, column): bounds [0, hi]
     ("adult", "age"): 84, ("adult", "hours-per-week"): 98, ("adult", "education-num"): 15,
@@ -170,7 +170,7 @@ def versus_smartnoise(reps: int) -> list[dict[str, Any]]:
             path = build(Path(tmp) / accounting, SAMPLE_ROWS, accounting=accounting)
             mine[accounting], truth = _answers(path, reps)
         csv = Path(tmp) / "age.csv"
-        with Store.open(path) as store:
+        with open_store(path) as store:
             pacsv.write_csv(store.cursor().sql("SELECT age FROM main.adult").to_arrow_table(), csv)
         theirs = smartnoise_answers(csv, reps)
     rows = []

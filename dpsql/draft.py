@@ -231,7 +231,7 @@ def draft_file(path: str | Path, *, na: str | None = None, normalize: bool = Tru
     """Draft a policy for a CSV/Parquet file, named as ``dpsql init --import`` would name it."""
     import duckdb
 
-    from dpsql.store import normalize_name, read_file
+    from dpsql.imports import normalize_name, read_file
 
     data = read_file(path, na=na)
     if normalize:
@@ -250,14 +250,17 @@ def draft_table(session: Session, table: str, *, dataset: str | None = None,
                 max_categories: int = MAX_CATEGORIES) -> str:
     """Draft a policy for a sensitive table of a store (admins only; audited: not DP)."""
     from dpsql.domain import quote
+    from dpsql.imports import tables
+    from dpsql.ledger import Outcome
     from dpsql.store import check_identifier
 
     session.require_admin("draft a policy from the raw rows")
     check_identifier(table, "table name")
-    if table not in session.store.tables():
+    if table not in tables(session.store):
         raise ConfigurationError(f"no table {table!r} in the store; import it with dpsql init "
                                  f"--import {table}=FILE")
-    session.ledger.record(session.user, None, f"draft a policy from table {table}", "read",
+    session.ledger.record(session.user, None, f"draft a policy from table {table}",
+                          Outcome.READ,
                           "not DP: an administrator drafted a policy from the raw rows",
                           action="draft_policy")
     return draft(session.store.cursor(), f"main.{quote(table)}", dataset=dataset or table,

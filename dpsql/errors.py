@@ -7,6 +7,8 @@ what to do next, and never contain a value computed from private data.
 
 from __future__ import annotations
 
+import sys
+
 
 class DPSQLError(Exception):
     """Root of every error dpsql raises on purpose."""
@@ -141,6 +143,29 @@ class InternalError(DPSQLError):
     code = "internal_error"
     sqlstate = "XX000"
     exit_code = 70
+
+
+#: The exit code of an operating-system failure (sysexits' EX_IOERR).
+OS_ERROR_EXIT = 74
+
+
+def os_failure(err: BaseException) -> str | None:
+    """What an operating-system failure says (permission denied, disk full), else None.
+
+    DuckDB reports a failed write of the store as its own error that names the file.
+    """
+    if isinstance(err, OSError):
+        where = f" ({err.filename})" if err.filename else ""
+        what = err.strerror or str(err) or type(err).__name__
+    else:
+        duckdb = sys.modules.get("duckdb")
+        text = str(err).splitlines()[0] if str(err) else ""
+        start = text.find("Could not write file")  # after "Failed to commit: "
+        if duckdb is None or not isinstance(err, duckdb.Error) or not (
+                isinstance(err, duckdb.IOException) or start >= 0):
+            return None
+        where, what = "", text[max(start, 0):]
+    return f"{what}{where}; check the path, its permissions and the free disk space"
 
 
 __all__ = [

@@ -1,27 +1,34 @@
-"""The budget ledger and the audit log: the one writer of dpsql's bookkeeping.
+"""The budget ledger and the audit log: the one owner of dpsql's bookkeeping.
 
-Charges, grants, audit rows and stored answers (``dpsql.query_cache``) are
-written here and nowhere else (:meth:`Store.open` only repairs what a process
-that died left open). A charge is compare-and-debit inside one DuckDB
-transaction, one durable row committed before the caller computes anything
-private: a crash afterwards loses budget, never privacy. There are no refunds.
+This module owns ``dpsql.charges``, ``dpsql.grants``, ``dpsql.audit`` and the
+``dpsql.event_ids`` sequence: their schema and migrations (:data:`TABLES`), their
+crash recovery, and every write; stored answers go to ``dpsql.query_cache``
+(:mod:`dpsql.answers`) only as the ledger settles their request, in its
+transaction. Others read through the typed reads here. A charge is
+compare-and-debit inside one DuckDB transaction, one durable row committed
+before the caller computes anything private: a crash afterwards loses budget,
+never privacy. There are no refunds.
 A refusal leaves the ledger unchanged and adds one settled audit row saying why.
 
-A request is open from its charge (the charge row, which carries the request,
-is its record until it settles: :meth:`Ledger.audit` shows it as ``charged``)
-or from a ``started`` audit row (:meth:`Ledger.record`); other rows are written
-settled at once. An open request is settled exactly once, by
-:meth:`Ledger.settle`, which writes or updates its audit row with the outcome.
+A request's life is the state machine :class:`Outcome`: it is open from its
+charge (``charged``: the charge row, which carries the request, is its record
+until it settles; :meth:`Ledger.audit` shows it so) or from a ``started`` audit
+row (:meth:`Ledger.record`); other rows are written settled at once. An open
+request is settled exactly once, by :meth:`Ledger.settle`, to one of the
+outcomes :data:`SETTLES` allows from its state; a settled row never changes.
 Audit ids are consecutive: the next id is taken under the write lock and counts
-only once its transaction commits.
+only once its transaction commits. Opening a store audits the charges a process
+that ended never settled (``charged``; :func:`_recover`), and
+:func:`interrupt_open` settles the requests of jobs it left running.
 
 Lock order: the store's write lock (:attr:`Store.lock`, re-entrant) comes
 first. Every write transaction holds it (:meth:`Store.transaction`), and it
-guards this module's per-store state (:class:`_Books`: the next id and the
-summed standings). Under it only leaf locks may be taken, each for a dict
-operation: the store's state registry lock and the plan cache's. The free
-database's rebuild lock (:mod:`dpsql.query.free`) is never taken under it.
-Readers take no lock: DuckDB gives each cursor a snapshot.
+guards this module's per-store state (:class:`Books`: the next id, the summed
+standings, the queued settles) and the answer cache's
+(:class:`dpsql.answers.AnswerCache`). Under it only the plan cache's leaf lock
+may be taken, for a dict operation. The free database's rebuild lock
+(:mod:`dpsql.query.free`) is never taken under it. Readers take no lock:
+DuckDB gives each cursor a snapshot.
 """
 
 from __future__ import annotations
@@ -29,21 +36,68 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import astuple, dataclass, field, replace
 from datetime import datetime
+from enum import Enum
 from fractions import Fraction
 from typing import Any
 
 import duckdb
 
+from dpsql.answers import AnswerCache, StoredAnswer, cache_share
 from dpsql.errors import AccessDenied, BudgetExceeded, InternalError
 from dpsql.policy import Policy
 from dpsql.privacy import Kind, PrivacyCost
-from dpsql.public import load_public_tables
-from dpsql.store import Store, now
+from dpsql.store import Store, Tables, now
+
+
+class Outcome(str, Enum):
+    """Where a request stands: open (``started``, ``charged``) or settled, for good.
+
+    A request opens ``charged`` (:meth:`Ledger.charge`) or ``started``
+    (:meth:`Ledger.record`) and moves once, by :meth:`Ledger.settle`, to one of
+    :data:`SETTLES`; every other outcome is written settled at once. The values
+    are what ``dpsql.audit.outcome`` holds.
+    """
+
+    STARTED = "started"  # open: a request with no charge (a zero-cost release, an evaluation)
+    CHARGED = "charged"  # open: charged, its private work not done yet
+    ANSWERED = "answered"  # a query (DP or free) answered
+    CACHED = "cached"  # a repeat served from a stored answer, free
+    EXPLAINED = "explained"  # EXPLAIN PRIVACY: priced, nothing computed
+    REFUSED = "refused"  # over budget, or not allowed: nothing computed, nothing charged
+    REJECTED = "rejected"  # a query dpsql does not accept, free
+    FAILED = "failed"  # failed after its charge or start: the charge stays
+    CANCELLED = "cancelled"  # cancelled after its charge or start: the charge stays
+    INTERRUPTED = "interrupted"  # the process running it ended: the charge stays
+    RELEASED = "released"  # a release written
+    EVALUATED = "evaluated"  # a release's fidelity evaluated
+    GRANTED = "granted"  # budget granted
+    APPLIED = "applied"  # a policy version applied
+    READ = "read"  # raw rows read by an administrator (not DP)
+    DONE = "done"  # an administrative command ran
+    SET = "set"  # a password set
+    REMOVED = "removed"  # a password removed
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a request in this state still waits for its settle."""
+        return self in SETTLES
+
+
+#: The settles allowed from each open state: every other move is a bug.
+SETTLES: dict[Outcome, frozenset[Outcome]] = {
+    Outcome.CHARGED: frozenset({Outcome.ANSWERED, Outcome.FAILED, Outcome.CANCELLED,
+                                Outcome.INTERRUPTED, Outcome.RELEASED}),
+    Outcome.STARTED: frozenset({Outcome.FAILED, Outcome.CANCELLED, Outcome.INTERRUPTED,
+                                Outcome.RELEASED, Outcome.EVALUATED}),
+}
 
 
 @dataclass(frozen=True)
@@ -97,13 +151,52 @@ class Budget:
 
 logger = logging.getLogger(__name__)
 
-#: Outcomes of an open request, which :meth:`Ledger.settle` closes.
-OPEN = ("charged", "started")
-
 # The audit rows of charged requests not settled yet (the charge row carries them).
 _UNSETTLED = ("SELECT c.audit_id, c.ts, c.user_name, c.dataset, coalesce(c.action, 'query'), "
               "c.statement, c.kind, c.units, c.infinite, CAST($outcome AS VARCHAR), "
               "CAST($reason AS VARCHAR), c.fingerprint FROM dpsql.charges c")
+
+# The audit rows of charges whose request never settled: the process that charged them
+# ended first (a charged request's audit row is written when it settles).
+_REPAIR_AUDIT = (
+    "INSERT INTO dpsql.audit SELECT c.audit_id, c.ts, c.user_name, c.dataset, "
+    "coalesce(c.action, 'query'), c.statement, c.kind, c.units, c.infinite, "
+    "'charged', 'the process ended before the outcome was recorded', c.fingerprint "
+    "FROM dpsql.charges c ANTI JOIN dpsql.audit a ON a.id = c.audit_id")
+
+
+def _recover(store: Store, cur: duckdb.DuckDBPyConnection) -> None:
+    """Audit the charges whose request never settled (``charged``): their process ended."""
+    cur.execute(_REPAIR_AUDIT)
+
+
+TABLES = Tables("ledger", {
+    1: ("CREATE SEQUENCE dpsql.event_ids",
+        """CREATE TABLE dpsql.audit (
+            id BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, user_name VARCHAR NOT NULL,
+            dataset VARCHAR, action VARCHAR NOT NULL, statement VARCHAR,
+            kind VARCHAR, units HUGEINT, infinite BOOLEAN, outcome VARCHAR NOT NULL,
+            reason VARCHAR, fingerprint VARCHAR)""",
+        """CREATE TABLE dpsql.charges (
+            id BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, user_name VARCHAR NOT NULL,
+            dataset VARCHAR NOT NULL, kind VARCHAR NOT NULL, units HUGEINT NOT NULL,
+            infinite BOOLEAN NOT NULL, fingerprint VARCHAR NOT NULL, audit_id BIGINT NOT NULL)""",
+        """CREATE TABLE dpsql.grants (
+            id BIGINT PRIMARY KEY, ts TIMESTAMP NOT NULL, user_name VARCHAR NOT NULL,
+            dataset VARCHAR NOT NULL, kind VARCHAR NOT NULL, units HUGEINT NOT NULL,
+            infinite BOOLEAN NOT NULL, granted_by VARCHAR NOT NULL,
+            fingerprint VARCHAR NOT NULL)"""),
+    # 4: a charge carries its request, so the audit row written after the charge (off the
+    # answer path) can be rebuilt if the process ends before writing it.
+    4: ("ALTER TABLE dpsql.charges ADD COLUMN action VARCHAR",
+        "ALTER TABLE dpsql.charges ADD COLUMN statement VARCHAR"),
+    # 5: rebuild any audit row that an older dpsql (which wrote it after the charge) did
+    # not live to write (the same SQL now runs at every open: _recover).
+    5: (_REPAIR_AUDIT,),
+    # 7: the delta a charge's partition selection spends, which the ledger sums per
+    # dataset so that no policy change lets the selections pass the policy's delta.
+    7: ("ALTER TABLE dpsql.charges ADD COLUMN delta DOUBLE",),
+}, _recover)
 
 
 @dataclass(frozen=True)
@@ -119,25 +212,27 @@ class AuditRow:
     kind: Kind | None
     units: int | None
     infinite: bool | None
-    outcome: str
+    outcome: Outcome
     reason: str | None
     fingerprint: str
 
     @classmethod
     def of(cls, audit_id: int, user: str, dataset: str | None, action: str,
-           statement: str | None, cost: PrivacyCost | None, outcome: str, reason: str | None,
+           statement: str | None, cost: PrivacyCost | None, outcome: Outcome,
+           reason: str | None,
            fingerprint: str) -> AuditRow:
         """A row stamped now, its texts storable and cut to size."""
         return cls(audit_id, now(), user, dataset, action,
                    None if statement is None else storable(statement[:10_000]),
                    cost.kind if cost else None, cost.units if cost else None,
-                   cost.infinite if cost else None, outcome,
+                   cost.infinite if cost else None, Outcome(outcome),
                    None if reason is None else storable(reason[:2000]), fingerprint)
 
     def insert(self, cur: duckdb.DuckDBPyConnection) -> None:
         """Write the row in the caller's transaction."""
-        cur.execute("INSERT INTO dpsql.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    list(astuple(self)))
+        values = list(astuple(self))
+        values[9] = self.outcome.value
+        cur.execute("INSERT INTO dpsql.audit VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
 
 
 @dataclass(frozen=True)
@@ -147,6 +242,17 @@ class Charge:
     id: int
     cost: PrivacyCost
     remaining: PrivacyCost
+
+
+@dataclass(frozen=True)
+class ChargeRow:
+    """One row of ``dpsql.charges`` as the ledger's readers see it."""
+
+    id: int
+    at: datetime
+    user: str
+    dataset: str
+    cost: PrivacyCost
 
 
 # The ledger rows of one dataset summed per (source, user, kind): few rows, whatever the
@@ -167,7 +273,7 @@ GROUP BY ALL
 Totals = dict[tuple[str, str, str], list[Any]]
 
 
-class _Books:
+class Books:
     """What this module keeps about an open store, guarded by the store's write lock.
 
     ``next_id``: the next audit id (None: read it again from the table).
@@ -175,44 +281,33 @@ class _Books:
     by the charges and grants written here (the only writer of the file).
     ``deltas``: the same for the delta the charges' partition selections spent,
     per dataset, summed exactly (each stored float is an exact fraction).
-    ``stored``: key -> size in bytes of every stored answer, committed or queued,
-    oldest first (None: read them again from the table); this module is their only
-    writer, and DuckDB lets one process at a time open the file, so a key not here
-    is stored nowhere. ``shelves``: the same per user (user -> key -> size, oldest
-    first), and ``shelf_bytes`` each user's sum: a user's answers are dropped only
-    to keep that user within their share (:func:`cache_share`).
+    ``answers``: the store's stored answers (:mod:`dpsql.answers`), which a
+    settle writes in the ledger's transaction.
     ``settles``: the settles of answered DP queries not yet written, in order.
     The next write transaction writes them before its own rows (one durable
     commit for both); ``writer``, one thread, writes them after
     :data:`SETTLE_DELAY_S` when no write comes first (``armed``: it will).
-    ``answers``: the stored answers among ``settles``, by key.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store, answers: AnswerCache) -> None:
+        self.store = store
+        self.answers = answers
         self.next_id: int | None = None
         self.totals: dict[str, Totals] = {}
         self.deltas: dict[str, Fraction] = {}
-        self.stored: dict[str, int] | None = None
-        self.shelves: dict[str, dict[str, int]] = {}
-        self.shelf_bytes: dict[str, int] = {}
         self.settles: list[_Settle] = []
-        self.answers: dict[str, Sequence[Any]] = {}
         self.writer: ThreadPoolExecutor | None = None
         self.armed = False
-        self.flush: Callable[[], None] | None = None
         self.closing = threading.Event()  # wakes the writer early: the store closes
 
-    def queue(self, store: Store, settle: _Settle) -> None:
+    def queue(self, settle: _Settle) -> None:
         """Write ``settle`` with the next write, or soon (caller holds the write lock)."""
         self.settles.append(settle)
-        if settle.answer is not None:
-            self.answers[settle.answer[0]] = settle.answer
         if self.writer is None:
             self.writer = ThreadPoolExecutor(1, thread_name_prefix="dpsql-settle")
-            self.flush = lambda: settled(store)
         if not self.armed:
             self.armed = True
-            self.writer.submit(_logged, lambda: _write_soon(store, self))
+            self.writer.submit(_logged, lambda: _write_soon(self.store, self))
 
     def write(self, cur: duckdb.DuckDBPyConnection) -> list[_Settle]:
         """Write the queued settles in ``cur``'s transaction; returns them.
@@ -223,14 +318,14 @@ class _Books:
         settles, self.settles = self.settles, []
         try:
             for settle in settles:
-                settle.write(cur)
+                settle.write(cur, self.answers)
             shares: dict[str, int] = {}  # per user who stored: their least share
             for s in settles:
                 if s.answer is not None:
-                    user = s.answer[1]
+                    user = s.answer.user
                     shares[user] = min(shares.get(user, s.cache_share), s.cache_share)
             for user, share in shares.items():
-                self.evict(user, share, cur)
+                self.answers.evict(user, share, cur)
         except Exception:  # a bug: dropped, or it would fail every write after it
             logger.exception("writing queued settles failed; their requests stay open")
             self.committed(settles)
@@ -241,17 +336,17 @@ class _Books:
         """``settles`` are durable: their answers are served from the table from now on."""
         for settle in settles:
             if settle.answer is not None:
-                self.answers.pop(settle.answer[0], None)
+                self.answers.written(settle.answer)
 
     def undo(self, settles: list[_Settle]) -> None:
         """A write failed after writing ``settles``: forget what it counted, queue them again."""
-        self.next_id, self.totals, self.deltas, self.stored = None, {}, {}, None
+        self.next_id, self.totals, self.deltas = None, {}, {}
+        self.answers.forget()
         self.settles[:0] = settles
 
     def close(self) -> None:
         """Write the queued settles (the store calls this before it closes)."""
-        if self.flush is not None:
-            self.flush()
+        settled(self.store)
         self.closing.set()
         if self.writer is not None:
             self.writer.shutdown(wait=True)
@@ -265,68 +360,8 @@ class _Books:
         taken, self.next_id = self.next_id, self.next_id + 1
         return taken
 
-    def stored_answers(self, cur: duckdb.DuckDBPyConnection) -> dict[str, int]:
-        """Key -> size of the stored answers, oldest first (caller holds the write lock)."""
-        if self.stored is None:
-            rows = cur.execute(
-                "SELECT key, user_name, strlen(plan) + strlen(noise) + octet_length(measures) "
-                "FROM dpsql.query_cache ORDER BY created_at, key").fetchall()
-            stored: dict[str, int] = {}  # filled, then published whole: readers take no lock
-            self.shelves, self.shelf_bytes = {}, {}
-            for key, user, size in rows:
-                self._put(stored, key, user, int(size))
-            for key, row in self.answers.items():
-                if key not in stored:
-                    self._put(stored, key, row[1], answer_size(row))
-            self.stored = stored
-        return self.stored
-
-    def _put(self, stored: dict[str, int], key: str, user: str, size: int) -> None:
-        stored[key] = size
-        self.shelves.setdefault(user, {})[key] = size
-        self.shelf_bytes[user] = self.shelf_bytes.get(user, 0) + size
-
-    def keep(self, key: str, user: str, size: int, cur: duckdb.DuckDBPyConnection) -> None:
-        """Count ``user``'s answer stored under ``key`` (caller holds the write lock)."""
-        self._put(self.stored_answers(cur), key, user, size)
-
-    def evict(self, user: str, share: int, cur: duckdb.DuckDBPyConnection) -> list[str]:
-        """Drop ``user``'s oldest answers until theirs take at most 90% of ``share`` bytes.
-
-        Only ``user``'s own answers are dropped, and only when theirs pass ``share``,
-        so what another user stores never decides what this one pays for a repeat.
-        Called in a write transaction that commits the deletion; returns the keys
-        dropped. Answers whose settle is still queued are kept: their rows are not
-        written yet.
-        """
-        stored = self.stored_answers(cur)
-        shelf = self.shelves.get(user, {})
-        if self.shelf_bytes.get(user, 0) <= share:
-            return []
-        dropped = []
-        for key in list(shelf):
-            if self.shelf_bytes[user] <= share * 0.9:
-                break
-            if key in self.answers:
-                continue
-            self.shelf_bytes[user] -= shelf.pop(key)
-            del stored[key]
-            dropped.append(key)
-        cur.execute("DELETE FROM dpsql.query_cache WHERE list_contains(?, key)", [dropped])
-        return dropped
-
-    def trim(self, policy: Policy, cur: duckdb.DuckDBPyConnection) -> int:
-        """Drop every user's oldest answers beyond their share under ``policy``.
-
-        A user ``policy`` does not name has no share: their answers are dropped.
-        Returns how many were dropped (in ``cur``'s transaction).
-        """
-        self.stored_answers(cur)
-        share = cache_share(policy)
-        return sum(len(self.evict(user, share if user in policy.users else 0, cur))
-                   for user in list(self.shelves))
-
     def dataset_totals(self, dataset: str, cur: duckdb.DuckDBPyConnection) -> Totals:
+        """The summed ledger rows of ``dataset``, read once, then kept current."""
         if dataset not in self.totals:
             rows = cur.execute(_STANDING_SQL, {"dataset": dataset}).fetchall()
             self.totals[dataset] = {(r[0], r[1], r[2]): [int(r[3]), bool(r[4]),
@@ -365,16 +400,15 @@ class _Settle:
     """The settle of one answered DP query, waiting for a write transaction."""
 
     audit_id: int
-    outcome: str
+    outcome: Outcome
     reason: str | None
-    answer: Sequence[Any] | None  # the dpsql.query_cache row, unless a twin's is stored
+    answer: StoredAnswer | None  # the answer to store, unless a twin's is stored
     cache_share: int  # the user's share of the answer cache in bytes, under the request's policy
 
-    def write(self, cur: duckdb.DuckDBPyConnection) -> None:
+    def write(self, cur: duckdb.DuckDBPyConnection, answers: AnswerCache) -> None:
         if self.answer is not None:
             # no twin is stored (Ledger.settle checked, under the write lock)
-            cur.execute("INSERT INTO dpsql.query_cache VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        list(self.answer))
+            answers.insert(cur, self.answer)
         _close_open(cur, self.audit_id, self.outcome, self.reason)
 
 
@@ -385,7 +419,7 @@ def _logged(task: Callable[[], None]) -> None:
         logger.exception("writing queued settles failed")
 
 
-def _write_soon(store: Store, books: _Books) -> None:
+def _write_soon(store: Store, books: Books) -> None:
     """On the writer thread: the queued settles, unless a write took them first."""
     books.closing.wait(SETTLE_DELAY_S)
     with store.lock:
@@ -396,7 +430,7 @@ def _write_soon(store: Store, books: _Books) -> None:
 
 
 @contextmanager
-def _writing(store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Books]]:
+def _writing(store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, Books]]:
     """A write transaction on ``store`` with the ledger's state, under the write lock.
 
     It first writes the queued settles, so they commit with the caller's rows.
@@ -406,7 +440,7 @@ def _writing(store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, _Books]]
     requests stay open).
     """
     with store.lock:
-        books = store.state(_Books)
+        books = store.services.books
         settles: list[_Settle] = []
         try:
             with store.transaction() as cur:
@@ -457,10 +491,10 @@ class Ledger:
         once zCDP costs exist).
         """
         with self.store.lock:  # the totals change as charges commit
-            return self._standing(self.store.state(_Books), user, dataset,
+            return self._standing(self.store.services.books, user, dataset,
                                   self.store.cursor())
 
-    def _standing(self, books: _Books, user: str, dataset: str,
+    def _standing(self, books: Books, user: str, dataset: str,
                   cur: duckdb.DuckDBPyConnection) -> Budget:
         policy = self.policy
         kind = policy.accounting
@@ -502,7 +536,7 @@ class Ledger:
         settled(self.store)  # outcomes settled off the answer path
         sql = (f"SELECT * FROM (SELECT * FROM dpsql.audit UNION ALL {_UNSETTLED} "
                "ANTI JOIN dpsql.audit a ON a.id = c.audit_id)")
-        params: dict[str, Any] = {"outcome": "charged", "reason": None}
+        params: dict[str, Any] = {"outcome": Outcome.CHARGED.value, "reason": None}
         if user:
             sql += " WHERE user_name = $user"
             params["user"] = user
@@ -512,6 +546,7 @@ class Ledger:
         out = []
         for values in reversed(self.store.cursor().execute(sql, params).fetchall()):
             row = AuditRow(*values)
+            row = replace(row, outcome=Outcome(row.outcome))
             entry = {"id": row.id, "at": row.at, "user": row.user, "dataset": row.dataset,
                      "action": row.action, "statement": row.statement, "outcome": row.outcome,
                      "reason": row.reason, "fingerprint": row.fingerprint}
@@ -523,7 +558,16 @@ class Ledger:
     def delta_spent(self, dataset: str) -> float:
         """The delta partition selection has spent on ``dataset`` so far (all users), rounded up."""
         with self.store.lock:
-            return _float_up(self.store.state(_Books).delta_spent(dataset, self.store.cursor()))
+            books = self.store.services.books
+            return _float_up(books.delta_spent(dataset, self.store.cursor()))
+
+    def charges(self) -> list[ChargeRow]:
+        """Every charge, oldest first (what each request cost, whatever its outcome)."""
+        rows = self.store.cursor().execute(
+            "SELECT id, ts, user_name, dataset, kind, units, infinite FROM dpsql.charges "
+            "ORDER BY ts, id").fetchall()
+        return [ChargeRow(int(i), at, user, dataset, PrivacyCost(kind, int(units), bool(inf)))
+                for i, at, user, dataset, kind, units, inf in rows]
 
     # -- writing ------------------------------------------------------------------------
     def charge(self, user: str, dataset: str, cost: PrivacyCost, statement: str,
@@ -544,7 +588,7 @@ class Ledger:
             reason = self._refusal(standing, cost, cap) \
                 or self._delta_refusal(books.delta_spent(dataset, cur), dataset, delta)
             row = self._row(books.take_id(cur), user, dataset, action, statement, cost,
-                            "refused" if reason else "charged", reason)
+                            Outcome.REFUSED if reason else Outcome.CHARGED, reason)
             if reason is not None:
                 row.insert(cur)
             else:
@@ -602,43 +646,48 @@ class Ledger:
                 "(dpsql policy apply)")
 
     def _row(self, audit_id: int, user: str, dataset: str | None, action: str,
-             statement: str | None, cost: PrivacyCost | None, outcome: str,
+             statement: str | None, cost: PrivacyCost | None, outcome: Outcome,
              reason: str | None) -> AuditRow:
         return AuditRow.of(audit_id, user, dataset, action, statement, cost, outcome, reason,
                            self.policy.fingerprint)
 
-    def record(self, user: str, dataset: str | None, statement: str | None, outcome: str,
+    def record(self, user: str, dataset: str | None, statement: str | None, outcome: Outcome,
                reason: str | None = None, cost: PrivacyCost | None = None,
                action: str = "query", *, cursor: duckdb.DuckDBPyConnection | None = None
                ) -> int:
         """Add one audit row; returns its id.
 
         ``outcome`` settles the request at once (answered, refused, rejected,
-        cached, ...), or is "started" for a request :meth:`settle` closes later.
+        cached, ...), or is ``STARTED`` for a request :meth:`settle` closes later
+        (a request is ``CHARGED`` only by :meth:`charge`).
         With ``cursor`` the row is written in the caller's open write transaction
         (which holds the write lock) and commits with the caller's other writes.
         """
+        outcome = Outcome(outcome)
+        if outcome is Outcome.CHARGED:
+            raise InternalError("only a charge opens a charged request; this is a bug in dpsql")
         if cursor is None:
             with _writing(self.store) as (cur, books):
                 row = self._row(books.take_id(cur), user, dataset, action, statement, cost,
                                 outcome, reason)
                 row.insert(cur)
             return row.id
-        books = self.store.state(_Books)
+        books = self.store.services.books
         row = self._row(books.take_id(cursor), user, dataset, action, statement, cost,
                         outcome, reason)
         row.insert(cursor)
         books.next_id = None  # read again next time: the caller may still roll back
         return row.id
 
-    def settle(self, audit_id: int, outcome: str, reason: str | None = None, *,
-               answer: Sequence[Any] | None = None) -> bool:
+    def settle(self, audit_id: int, outcome: Outcome, reason: str | None = None, *,
+               answer: StoredAnswer | None = None) -> bool:
         """Close the open request ``audit_id`` with its outcome: the one way a request ends.
 
-        ``answer``: a ``dpsql.query_cache`` row (:func:`dpsql.query.cache.stored_row`)
+        ``outcome`` must be one :data:`SETTLES` allows from the request's state.
+        ``answer``: the stored answer (:func:`dpsql.query.cache.stored_row`)
         of an answered DP query. Its settle (the row and the outcome) is queued to
         commit with the next write, the next charge usually, so the analyst does
-        not wait for a second durable commit; :func:`queued_answer` serves it
+        not wait for a second durable commit; the answer cache serves it
         meanwhile, and :meth:`audit` and closing the store write it first (see
         :data:`SETTLE_DELAY_S` for when no write comes). If the process ends first,
         the request stays open (``charged``) and a repeat is charged again: budget
@@ -647,19 +696,20 @@ class Ledger:
         serves the twin's). Without ``answer`` it commits before it returns.
         Settling a request that is not open is a bug.
         """
+        outcome = Outcome(outcome)
+        if not any(outcome in allowed for allowed in SETTLES.values()):
+            raise InternalError(f"no request settles {outcome.value}; this is a bug in dpsql")
         settle = _Settle(audit_id, outcome, None if reason is None else storable(reason[:2000]),
                          None, cache_share(self.policy))
         if answer is None:
-            with _writing(self.store) as (cur, _):
-                settle.write(cur)
+            with _writing(self.store) as (cur, books):
+                settle.write(cur, books.answers)
             return True
         with self.store.lock:
-            books = self.store.state(_Books)
-            twin = answer[0] in books.stored_answers(self.store.cursor())
-            if not twin:
-                books.keep(answer[0], answer[1], answer_size(answer), self.store.cursor())
-            books.queue(self.store, replace(settle, answer=None if twin else answer))
-        return not twin
+            books = self.store.services.books
+            held = books.answers.hold(answer)
+            books.queue(replace(settle, answer=answer if held else None))
+        return held
 
     def grant(self, admin: str, user: str, dataset: str, amount: PrivacyCost) -> Budget:
         """Top up ``user`` on ``dataset`` by ``amount`` (admins only); audited.
@@ -674,7 +724,7 @@ class Ledger:
         with _writing(self.store) as (cur, books):
             row = self._row(books.take_id(cur), admin, dataset, "grant",
                             f"grant {user} {dataset} {amount.describe(self.policy.delta)}",
-                            amount, "granted", None)
+                            amount, Outcome.GRANTED, None)
             cur.execute("INSERT INTO dpsql.grants VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [row.id, row.at, user, dataset, amount.kind, amount.units,
                          amount.infinite, admin, self.policy.fingerprint])
@@ -689,99 +739,64 @@ def _float_up(value: Fraction) -> float:
     return shown if Fraction(shown) >= value else math.nextafter(shown, math.inf)
 
 
-def _close_open(cur: duckdb.DuckDBPyConnection, audit_id: int, outcome: str,
+def _close_open(cur: duckdb.DuckDBPyConnection, audit_id: int, outcome: Outcome,
                 reason: str | None) -> None:
     """Write the settled audit row of open request ``audit_id``.
 
     A charged request's row is made from its charge row (the primary key refuses
-    a second); a ``started`` row is updated. A request that is not open is a bug:
+    a second); a ``started`` row (or the ``charged`` row the open repaired) is
+    updated. A request that is not open, or cannot move to ``outcome``, is a bug:
     it raises, and the transaction does not commit.
     """
+    sources = [state.value for state, allowed in SETTLES.items() if outcome in allowed]
     try:
-        written = cur.execute(f"INSERT INTO dpsql.audit {_UNSETTLED} WHERE c.id = $id",
-                              {"outcome": outcome, "reason": reason, "id": audit_id}).fetchone()
+        written = cur.execute(f"INSERT INTO dpsql.audit {_UNSETTLED} WHERE c.id = $id "
+                              "AND $charged", {"outcome": outcome.value, "reason": reason,
+                                               "id": audit_id, "charged": Outcome.CHARGED.value
+                                               in sources}).fetchone()
     except duckdb.ConstraintException:
         pass  # its audit row exists: settled already
     else:
         if written and written[0] == 1:
             return
-        done = cur.execute(f"UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
-                           f"WHERE id = ? AND outcome IN {OPEN}", [outcome, reason, audit_id]
-                           ).fetchone()
+        done = cur.execute("UPDATE dpsql.audit SET outcome = ?, reason = coalesce(?, reason) "
+                           "WHERE id = ? AND list_contains(?, outcome)",
+                           [outcome.value, reason, audit_id, sources]).fetchone()
         if done and done[0] == 1:
             return
-    raise InternalError(f"request {audit_id} is not open; this is a bug in dpsql")
+    raise InternalError(f"request {audit_id} is not open as {outcome.value} needs; this is a "
+                        "bug in dpsql")
+
+
+def interrupt_open(cur: duckdb.DuckDBPyConnection, audit_ids: list[int], reason: str) -> None:
+    """Settle the open requests among ``audit_ids`` ``interrupted``: their process ended.
+
+    For recoveries at open (:func:`dpsql.jobs._recover`), in the open's
+    transaction, after :func:`_recover` audited every charge; a request already
+    settled keeps its outcome.
+    """
+    opened = [state.value for state, allowed in SETTLES.items() if Outcome.INTERRUPTED in allowed]
+    cur.execute("UPDATE dpsql.audit SET outcome = ?, reason = ? WHERE list_contains(?, id) "
+                "AND list_contains(?, outcome)",
+                [Outcome.INTERRUPTED.value, reason, audit_ids, opened])
+
+
+def recorded_datasets(store: Store) -> list[tuple[str, bool]]:
+    """Each dataset with charges or grants, and whether any of them is in zCDP (by name)."""
+    rows = store.cursor().execute(
+        "SELECT dataset, bool_or(kind = 'zcdp') FROM (SELECT dataset, kind FROM "
+        "dpsql.charges UNION ALL SELECT dataset, kind FROM dpsql.grants) GROUP BY dataset "
+        "ORDER BY dataset").fetchall()
+    return [(str(dataset), bool(zcdp)) for dataset, zcdp in rows]
 
 
 def settled(store: Store) -> None:
     """Commit every settle queued so far (read your own writes)."""
-    books = store.state(_Books)
+    books = store.services.books
     with store.lock:
         if books.settles:
             with _writing(store):
                 pass
-
-
-def answer_stored(store: Store, key: str) -> bool:
-    """Whether an answer is stored under ``key`` (committed, or its settle queued)."""
-    books = store.state(_Books)
-    stored = books.stored  # one attribute read: atomic
-    if stored is None:
-        with store.lock:
-            stored = books.stored_answers(store.cursor())
-    return key in stored  # a dict look-up: atomic, no lock needed
-
-
-def cache_share(policy: Policy) -> int:
-    """Each user's share of the answer cache in bytes: ``answer_cache_mb`` split equally.
-
-    Every user the policy names (administrators too) gets the same share, a
-    public figure no query changes; a user's answers are dropped only to keep
-    that user within it, so one user's answers never push out another's.
-    """
-    return int(policy.answer_cache_mb * 1e6) // max(1, len(policy.users))
-
-
-def answer_size(row: Sequence[Any]) -> int:
-    """The bytes a ``dpsql.query_cache`` row counts against the cache's limit."""
-    return len(row[6].encode()) + len(row[7].encode()) + len(row[8])
-
-
-def queued_answer(store: Store, key: str) -> Sequence[Any] | None:
-    """The stored answer under ``key`` whose settle is still queued, if any."""
-    return store.state(_Books).answers.get(key)  # one dict read: atomic, no lock needed
-
-
-def apply_policy(store: Store, policy: Policy, applied_by: str,
-                 prepare: Callable[[duckdb.DuckDBPyConnection], list[str]] | None = None
-                 ) -> list[str]:
-    """Make ``policy`` the store's active one, audited in the same transaction.
-
-    Its public tables are copied into the store in that transaction too
-    (:func:`dpsql.public.load_public_tables`), and each user's stored answers are
-    trimmed to their share under it (:func:`cache_share`), so that the cache stays
-    within ``answer_cache_mb`` when the policy shrinks it or names more users.
-    """
-    def audit(cur: duckdb.DuckDBPyConnection, changes: list[str]) -> None:
-        Ledger(store, policy).record(applied_by, None, f"policy apply {policy.source}",
-                                     "applied", "; ".join(changes), action="policy",
-                                     cursor=cur)
-
-    def prepared(cur: duckdb.DuckDBPyConnection) -> list[str]:
-        changes = prepare(cur) if prepare is not None else []
-        dropped = books.trim(policy, cur)
-        if dropped:
-            changes.append(f"answer cache: {dropped} stored answers beyond their user's new "
-                           "share dropped (a repeat of one is charged again)")
-        return changes + load_public_tables(cur, policy)
-
-    with store.lock:
-        books = store.state(_Books)
-        try:
-            return store.apply_policy(policy, applied_by, prepared, audit=audit)
-        except BaseException:
-            books.stored = None  # the trim rolled back: read the answers again
-            raise
 
 
 _CHARGES = ("dpsql.charges (id, ts, user_name, dataset, kind, units, infinite, fingerprint, "

@@ -5,6 +5,12 @@ transaction as the table), in the table's COMMENT, and in the Parquet
 key-value metadata of an export. It holds public facts (policy, domain,
 parameters) and DP outputs (noise scales, measurement descriptors, the DP row
 estimate); never a non-DP statistic of the source.
+
+This module owns ``dpsql.releases`` (the records) and ``dpsql.release_states``
+(the DP state a resumable release samples more copies from): their schema
+(:data:`TABLES`) and every write, which :mod:`dpsql.release` makes in its own
+transaction through :func:`insert`, :func:`update`, :func:`supersede` and
+:func:`keep_state`.
 """
 
 from __future__ import annotations
@@ -25,12 +31,23 @@ from dpsql.domain import Domain, quote
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.files import write_private
 from dpsql.policy import Dataset, Policy, did_you_mean
-from dpsql.store import Store, check_identifier
+from dpsql.store import Store, Tables, check_identifier, now
 
 FORMAT = "dpsql.provenance/1"
 METADATA_KEY = b"dpsql.provenance"
 _COLUMNS = ("release_id", "name", "dataset", "synthesizer", "privacy", "released_by",
             "released_at", "superseded_by", "record")
+
+TABLES = Tables("provenance", {
+    1: ("""CREATE TABLE dpsql.releases (
+            release_id VARCHAR PRIMARY KEY, name VARCHAR NOT NULL, dataset VARCHAR NOT NULL,
+            synthesizer VARCHAR NOT NULL, privacy VARCHAR NOT NULL, released_by VARCHAR NOT NULL,
+            released_at TIMESTAMP NOT NULL, superseded_by VARCHAR, record VARCHAR NOT NULL)""",),
+    # 2: the DP state of resumable releases (more copies later at no privacy cost).
+    2: ("""CREATE TABLE dpsql.release_states (
+            release_id VARCHAR PRIMARY KEY, synthesizer VARCHAR NOT NULL,
+            state VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL)""",),
+})
 
 
 def _plain(value: Any) -> Any:
@@ -132,9 +149,42 @@ def update(cur: duckdb.DuckDBPyConnection, record: dict[str, Any]) -> None:
 
 
 def supersede(cur: duckdb.DuckDBPyConnection, old_id: str, new_id: str) -> None:
-    """Mark a replaced release's row as superseded by ``new_id`` (the row is kept)."""
+    """Mark a replaced release's row as superseded by ``new_id`` (the row is kept).
+
+    Its stored DP state goes: a superseded release samples no more copies.
+    """
     cur.execute("UPDATE dpsql.releases SET superseded_by = ? WHERE release_id = ?",
                 [new_id, old_id])
+    cur.execute("DELETE FROM dpsql.release_states WHERE release_id = ?", [old_id])
+
+
+def keep_state(cur: duckdb.DuckDBPyConnection, release_id: str, synthesizer: str,
+               state: str) -> None:
+    """Store the DP state of a resumable release (inside the release's transaction)."""
+    cur.execute("INSERT INTO dpsql.release_states VALUES (?, ?, ?, ?)",
+                [release_id, synthesizer, state, now()])
+
+
+def stored_state(store: Store, release_id: str) -> str | None:
+    """The DP state kept for ``release_id`` (JSON), or None."""
+    row = store.cursor().execute("SELECT state FROM dpsql.release_states WHERE release_id = ?",
+                                 [release_id]).fetchone()
+    return None if row is None else str(row[0])
+
+
+def live_versions(cur: duckdb.DuckDBPyConnection) -> dict[str, tuple[str, str]]:
+    """Name -> (release id, md5 of its record) of each live release, in ``cur``'s snapshot."""
+    rows = cur.execute("SELECT name, release_id, md5(record) FROM dpsql.releases "
+                       "WHERE superseded_by IS NULL").fetchall()
+    return {str(name): (str(release), str(digest)) for name, release, digest in rows}
+
+
+def released_signature(store: Store) -> tuple[int, Any]:
+    """How many releases were written, and when the last was: changes with every release."""
+    row = store.cursor().execute(
+        "SELECT count(*), max(released_at) FROM dpsql.releases").fetchone()
+    assert row is not None
+    return int(row[0]), row[1]
 
 
 def _row(row: tuple[Any, ...]) -> dict[str, Any]:
@@ -165,14 +215,10 @@ def find(store: Store, name: str) -> dict[str, Any]:
 
 def dataset_of(store: Store, record: dict[str, Any]) -> Dataset:
     """The dataset as the policy in force at the release described it."""
-    rows = store.cursor().execute(
-        "SELECT text FROM dpsql.policies WHERE fingerprint = ? ORDER BY version DESC LIMIT 1",
-        [record["policy_fingerprint"]]).fetchall()
-    if not rows:
+    policy = store.services.policies.with_fingerprint(record["policy_fingerprint"])
+    if policy is None:
         raise ReleaseError(f"the policy release {record['name']!r} was made under is not in "
                            "the store")
-    policy = Policy.from_text(rows[0][0], source=f"policy {record['policy_fingerprint']}",
-                              stored=True)
     return policy.dataset(record["dataset"]["name"])
 
 

@@ -16,8 +16,9 @@ import duckdb
 
 from dpsql.domain import quote
 from dpsql.errors import PolicyError
+from dpsql.imports import open_file
 from dpsql.policy import Policy, PublicTable
-from dpsql.store import check_identifier, open_file
+from dpsql.store import check_identifier
 
 SCHEMA = "public_tables"
 #: Key types whose equality is plain: no float's -0.0 or NaN, no collation.

@@ -48,6 +48,9 @@ from dpsql.errors import (
     PolicyError,
     ReleaseError,
 )
+from dpsql.imports import table_columns
+from dpsql.ledger import Outcome
+from dpsql.policies import dataset_columns
 from dpsql.policy import Dataset
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.progress import Progress, silent
@@ -215,7 +218,7 @@ def prepare(ctx: Context, request: ReleaseRequest | MoreRequest,
         if start is not None:
             start(synthesize, (plan.fit_spec(),))
     except DPSQLError as err:
-        ledger.record(ctx.user, dataset_for_audit, statement, "refused", str(err),
+        ledger.record(ctx.user, dataset_for_audit, statement, Outcome.REFUSED, str(err),
                       action="release")
         raise
     if plan.dp:
@@ -223,7 +226,7 @@ def prepare(ctx: Context, request: ReleaseRequest | MoreRequest,
                                  action="release").id
         kept = f"; the charge of {plan.cost.describe(ctx.policy.delta)} stays"
     else:
-        audit_id = ledger.record(ctx.user, r.dataset, statement, "started",
+        audit_id = ledger.record(ctx.user, r.dataset, statement, Outcome.STARTED,
                                  "not DP: labelled privacy: empirical, no budget spent",
                                  cost=PrivacyCost.zero(ctx.policy.accounting),
                                  action="release")
@@ -307,7 +310,7 @@ def _source_types(store: Store, ds: Dataset) -> dict[str, str]:
     Before the charge: an engine that is down refuses the release at no cost.
     """
     try:
-        return store.dataset_columns(ds)
+        return dataset_columns(store, ds)
     except PolicyError as err:
         raise ReleaseError(f"the table of dataset {ds.name!r} cannot be read ({err}); "
                            "nothing was charged") from None
@@ -648,8 +651,6 @@ def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
             for old in [previous["record"]["table"], *previous["record"].get("products", [])]:
                 cur.execute(f"DROP TABLE IF EXISTS released.{quote(old.rpartition('.')[2])}")
             provenance.supersede(cur, previous["release_id"], record["release_id"])
-            cur.execute("DELETE FROM dpsql.release_states WHERE release_id = ?",
-                        [previous["release_id"]])
         tables = [(name, table), *((f"{name}_{s}", t) for s, t in extra.items())]
         existing = _released_tables(store, cur)
         for table_name, data in tables:
@@ -661,8 +662,7 @@ def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
             _create(cur, table_name, data, record)
         provenance.insert(cur, record)
         if state is not None:
-            cur.execute("INSERT INTO dpsql.release_states VALUES (?, ?, ?, ?)",
-                        [record["release_id"], plan.synth_name, state, now()])
+            provenance.keep_state(cur, record["release_id"], plan.synth_name, state)
 
 
 def _create(cur: duckdb.DuckDBPyConnection, table_name: str, data: pa.Table,
@@ -697,9 +697,8 @@ def _prepare_more(ctx: Context, request: MoreRequest, start: Start | None) -> Ch
     entry = provenance.find(store, name)
     record = entry["record"]
     synth_name = record["synthesizer"]["name"]
-    row = store.cursor().execute("SELECT state FROM dpsql.release_states WHERE release_id = ?",
-                                 [entry["release_id"]]).fetchone()
-    if not record.get("resumable") or row is None:
+    state = provenance.stored_state(store, entry["release_id"])
+    if not record.get("resumable") or state is None:
         raise ReleaseError(f"release {name!r} ({synth_name}) kept no state to sample from; "
                            "release again with more --copies instead")
     synth = synth_base.get(synth_name, **record["synthesizer"]["options"])
@@ -713,11 +712,11 @@ def _prepare_more(ctx: Context, request: MoreRequest, start: Start | None) -> Ch
     dataset = record["dataset"]["name"]
     first = int(record["copies"]) + 1
     numbers = list(range(first, first + request.copies))
-    args = (synth, row[0], provenance.domain_of(store, record), int(record["rows"]), numbers,
+    args = (synth, state, provenance.domain_of(store, record), int(record["rows"]), numbers,
             chosen)
     if start is not None:
         start(sample_more, args)
-    audit_id = ctx.ledger.record(ctx.user, dataset, statement, "started",
+    audit_id = ctx.ledger.record(ctx.user, dataset, statement, Outcome.STARTED,
                                  "sampling from the stored DP state: no cost",
                                  cost=PrivacyCost.zero(ctx.policy.accounting), action="release")
     extension = {"copies": numbers,
@@ -761,7 +760,7 @@ def _append(store: Store, entry: dict[str, Any], record: dict[str, Any],
         if now_live is None or now_live["record"] != entry["record"]:
             raise ReleaseError(f"release {name!r} changed meanwhile; nothing was written, "
                                "run release-more again")
-        if COPY_COLUMN not in store.table_columns(name, "released"):
+        if COPY_COLUMN not in table_columns(store, name, "released"):
             cur.execute(f"ALTER TABLE released.{quote(name)} ADD COLUMN {COPY_COLUMN} "
                         "INTEGER DEFAULT 1")
         _from_arrow(cur, table, f"INSERT INTO released.{quote(name)} BY NAME SELECT * FROM {{}}")

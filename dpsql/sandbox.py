@@ -349,7 +349,7 @@ class _Request:
 
 
 class Sandboxes:
-    """The sandboxes of one open store (``store.state(Sandboxes)``; the store closes it)."""
+    """The sandboxes of one open store (``store.services.sandboxes``; the store closes it)."""
 
     def __init__(self) -> None:
         self.memory = default_memory()  # each sandbox's address-space limit, bytes
@@ -359,7 +359,7 @@ class Sandboxes:
         self._count = 0  # started or starting
         self._held: dict[str, int] = {}  # user -> sandboxes taken
         self._names = itertools.count(1)
-        self._folder = Path(tempfile.mkdtemp(prefix="dpsql-sandbox-"))
+        self._folder: Path | None = None  # made with the first sandbox
         self._closed = False
         self._warming = False  # a first sandbox is starting for whoever comes first
 
@@ -442,6 +442,9 @@ class Sandboxes:
         sandbox.close()
 
     def _new_folder(self) -> Path:
+        """A private folder for the next sandbox (caller holds the condition)."""
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="dpsql-sandbox-"))
         folder = self._folder / f"sandbox-{next(self._names)}"
         folder.mkdir(mode=0o700)
         return folder
@@ -517,4 +520,5 @@ class Sandboxes:
             sandbox.kill()
         for sandbox in idle:
             sandbox.close()
-        shutil.rmtree(self._folder, ignore_errors=True)
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)

@@ -16,10 +16,13 @@ import pyarrow as pa
 from dpsql.engines.base import Links
 from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import AccessDenied, ConfigurationError
-from dpsql.ledger import Budget, Ledger, apply_policy
+from dpsql.imports import IMPORT_LIMITS, import_table, table_columns
+from dpsql.ledger import Budget, Ledger, Outcome
+from dpsql.policies import active_policy, apply_policy, check_policy
 from dpsql.policy import Dataset, Policy, User
 from dpsql.privacy import Number, PrivacyCost
-from dpsql.store import IMPORT_LIMITS, Store, check_identifier
+from dpsql.services import open_store
+from dpsql.store import Store, check_identifier
 
 if TYPE_CHECKING:
     from dpsql.context import Context
@@ -38,7 +41,7 @@ class Session:
 
     def __init__(self, store: Store, user: str) -> None:
         self.store = store
-        policy = store.active_policy()
+        policy = active_policy(store)
         if user not in policy.users:
             raise AccessDenied(f"no user {user!r} in the store's policy; an administrator "
                                "declares users under users: and runs dpsql policy apply")
@@ -52,7 +55,7 @@ class Session:
     @property
     def policy(self) -> Policy:
         """The policy in force now (re-read when an admin applies a new one)."""
-        return self.store.active_policy()
+        return active_policy(self.store)
 
     @property
     def principal(self) -> User:
@@ -129,12 +132,12 @@ class Session:
         if policy.users.get(self.user, None) is None or policy.users[self.user].role != "admin":
             raise ConfigurationError(f"the new policy would remove {self.user}'s admin role; "
                                      "keep yourself an admin or apply it as another admin")
-        self.store.check_policy(policy)
+        check_policy(self.store, policy)
         tables = self._audit_domain_read(policy)
 
         def prepare(cur: Any) -> list[str]:
             found = [o for ds in policy.datasets.values() for o in settle(
-                cur, tables[ds.name], ds, self.store.table_columns(ds.table), outside)]
+                cur, tables[ds.name], ds, table_columns(self.store, ds.table), outside)]
             return [f"{o.describe(examples=False)}: --outside {outside}" for o in found]
 
         return apply_policy(self.store, policy, self.user, prepare)
@@ -149,18 +152,19 @@ class Session:
 
         self.require_admin("check the rows against a policy")
         policy = policy or self.policy
-        self.store.check_policy(policy)
+        check_policy(self.store, policy)
         tables = self._audit_domain_read(policy)
         cur = self.store.cursor()
         return [o for ds in policy.datasets.values() for o in find_outside(
-            cur, tables[ds.name], ds, self.store.table_columns(ds.table))]
+            cur, tables[ds.name], ds, table_columns(self.store, ds.table))]
 
     def _audit_domain_read(self, policy: Policy) -> dict[str, str]:
         """Audit a domain check of each dataset of ``policy``; returns their relations."""
         tables = {}
         for ds in policy.datasets.values():
             check_identifier(ds.table, "table")
-            self.ledger.record(self.user, ds.name, f"domain check of table {ds.table}", "read",
+            self.ledger.record(self.user, ds.name, f"domain check of table {ds.table}",
+                               Outcome.READ,
                                DOMAIN_READ, action="domain_check")
             tables[ds.name] = f'main."{ds.table}"'
         return tables
@@ -170,7 +174,7 @@ class Session:
         self.require_admin("read raw tables")
         ds = self.policy.dataset(dataset)
         check_identifier(ds.table, "table")
-        self.ledger.record(self.user, dataset, f"read raw table {ds.table}", "read",
+        self.ledger.record(self.user, dataset, f"read raw table {ds.table}", Outcome.READ,
                            "not DP: an administrator read the raw rows", action="read_raw")
         return self.store.cursor().sql(f'SELECT * FROM main."{ds.table}"').to_arrow_table()
 
@@ -231,9 +235,7 @@ class Session:
 
     def jobs(self) -> Jobs:
         """The store's release jobs (see :mod:`dpsql.jobs`)."""
-        from dpsql.jobs import jobs
-
-        return jobs(self.store)
+        return self.store.services.jobs
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:
@@ -256,7 +258,7 @@ def connect(path: str | Path, user: str) -> Session:
     The Python API trusts its caller (it can read the file anyway); untrusted
     analysts come through ``dpsql serve``, which authenticates them.
     """
-    store = Store.open(path)
+    store = open_store(path)
     try:
         return Session(store, user)
     except BaseException:
@@ -284,7 +286,7 @@ def init(path: str | Path, policy: Policy | str | Path,
     admins = [u.name for u in policy.users.values() if u.role == "admin"]
     actor = admin or admins[0]
     target = Path(path)
-    store = Store.open(target, create=True, limits=IMPORT_LIMITS)
+    store = open_store(target, create=True, limits=IMPORT_LIMITS)
     try:
         notes: list[str] = []
         audited: list[str] = []
@@ -300,17 +302,18 @@ def init(path: str | Path, policy: Policy | str | Path,
                     notes.extend(summary(settle(cur, rows, ds, types, outside, fresh=True),
                                          outside))
 
-            renames = store.import_table(table, file, na=na, normalize=normalize, bounds=bounds,
-                                         prepare=prepare)
+            renames = import_table(store, table, file, na=na, normalize=normalize,
+                                   bounds=bounds, prepare=prepare)
             if renames:
                 notes.append(f"{table}: renamed columns " + ", ".join(
                     f"{old} -> {new}" for old, new in renames.items()))
             audited += [ds.name for ds in checked]
-        notes += store.check_policy(policy)
+        notes += check_policy(store, policy)
         apply_policy(store, policy, actor)
         for name in audited:
             Ledger(store, policy).record(actor, name, f"domain check of table "
-                                         f"{policy.datasets[name].table} at import", "read",
+                                         f"{policy.datasets[name].table} at import",
+                                         Outcome.READ,
                                          DOMAIN_READ, action="domain_check")
     except BaseException:
         store.close()
@@ -318,4 +321,4 @@ def init(path: str | Path, policy: Policy | str | Path,
             leftover.unlink(missing_ok=True)
         raise
     store.close()  # reopened without the import's limits, for whatever comes next
-    return Store.open(target), notes
+    return open_store(target), notes

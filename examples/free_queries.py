@@ -16,7 +16,6 @@ from importlib import resources
 from pathlib import Path
 
 import dpsql
-from dpsql.query.free import FreeDatabase
 
 DATA = Path(str(resources.files("dpsql").joinpath("data")))
 
@@ -40,10 +39,10 @@ def main() -> None:
             print(answer.to_pandas().to_string(index=False))
 
             store = alice.store
-            with store.state(FreeDatabase).cursor(store) as (cursor, _):
-                tables = cursor.sql("SELECT schema_name || '.' || table_name "
-                                    "FROM duckdb_tables()").fetchall()
-            print("\nthe isolated database holds:", ", ".join(t[0] for t in tables))
+            with store.services.free.using(store) as copy:  # run in a sandbox process
+                held = copy.run("SELECT schema_name || '.' || table_name AS t "
+                                "FROM duckdb_tables()", user="alice")
+            print("\nthe isolated database holds:", ", ".join(held.column("t").to_pylist()))
 
             attack = ("SELECT * FROM released.adult_syn "
                       "CROSS JOIN LATERAL histogram(adult, age)")

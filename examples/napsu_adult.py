@@ -26,6 +26,7 @@ import dpsql
 from dpsql.analysis import fidelity, rubin
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation
+from dpsql.policies import active_policy
 from dpsql.synth import get
 
 SAMPLE = Path(__file__).resolve().parents[1] / "dpsql" / "data" / "adult_sample.csv"
@@ -65,7 +66,7 @@ def main() -> None:
         policy = Path(tmp) / "adult.yaml"
         policy.write_text(POLICY)
         store, _ = dpsql.init(Path(tmp) / "adult.duckdb", policy, {"adult": SAMPLE})
-        dataset = store.active_policy().datasets["adult"]
+        dataset = active_policy(store).datasets["adult"]
         domain = Domain.from_dataset(dataset)
         relation = bounded_relation(store, dataset)
         budget = dpsql.privacy.budget_cost("zcdp", epsilon=1, delta=1e-6)

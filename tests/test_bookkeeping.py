@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 import threading
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 import dpsql
 from dpsql import ledger as ledger_module
-from dpsql.ledger import settled
+from dpsql.ledger import SETTLES, Outcome, settled
 from dpsql.privacy import PrivacyCost
 from dpsql.query.answer import run_statement
 
@@ -82,10 +83,10 @@ def test_a_failed_settle_leaves_no_gap_and_a_request_settles_once(make_store):
     with dpsql.connect(path, "alice") as alice:
         ledger = alice.ledger
         charge = ledger.charge("alice", "adult", PrivacyCost.pure("0.1"), "SELECT 1")
-        ledger.settle(charge.id, "answered")
+        ledger.settle(charge.id, Outcome.ANSWERED)
         with pytest.raises(dpsql.InternalError, match="not open"):
-            ledger.settle(charge.id, "failed", "again")  # rolled back: no id was taken
-        refused = ledger.record("alice", "adult", "SELECT 2", "rejected", "no")
+            ledger.settle(charge.id, Outcome.FAILED, "again")  # rolled back: no id was taken
+        refused = ledger.record("alice", "adult", "SELECT 2", Outcome.REJECTED, "no")
         assert refused == charge.id + 1
         rows = {r["id"]: r for r in alice.audit()}
         assert (rows[charge.id]["outcome"], rows[charge.id]["reason"]) == ("answered", None)
@@ -191,3 +192,40 @@ def test_the_answer_cache_keeps_under_its_limit_by_dropping_the_oldest(make_stor
         alice.sql("SET dpsql.epsilon = 1e-3")
         assert alice.sql(sql).cached
         assert _cache_bytes(alice)[1] <= 4000
+
+
+def test_a_request_moves_only_as_the_state_machine_allows(make_store):
+    path = make_store(policy_text())
+    with dpsql.connect(path, "alice") as alice:
+        ledger = alice.ledger
+        with pytest.raises(dpsql.InternalError, match="only a charge"):
+            ledger.record("alice", "adult", "SELECT 1", Outcome.CHARGED)
+        started = ledger.record("alice", "adult", "evaluate", Outcome.STARTED)
+        with pytest.raises(dpsql.InternalError, match="no request settles"):
+            ledger.settle(started, Outcome.REFUSED)  # refused is written at once, never settled
+        with pytest.raises(dpsql.InternalError, match="not open"):
+            ledger.settle(started, Outcome.ANSWERED)  # a started request is never answered
+        ledger.settle(started, Outcome.EVALUATED)
+        charge = ledger.charge("alice", "adult", PrivacyCost.pure("0.1"), "SELECT 2")
+        with pytest.raises(dpsql.InternalError, match="not open"):
+            ledger.settle(charge.id, Outcome.EVALUATED)  # only a started request is evaluated
+        ledger.settle(charge.id, Outcome.ANSWERED)
+        rows = {r["id"]: r["outcome"] for r in alice.audit()}
+        assert (rows[started], rows[charge.id]) == (Outcome.EVALUATED, Outcome.ANSWERED)
+        assert all(isinstance(outcome, Outcome) for outcome in rows.values())
+    assert {state for state in Outcome if state.is_open} == {Outcome.STARTED, Outcome.CHARGED}
+    assert all(not target.is_open for targets in SETTLES.values() for target in targets)
+
+
+def test_no_module_but_a_tables_owner_names_it_in_sql():
+    package = Path(dpsql.__file__).parent
+    owners = {"meta": "store.py", "policies": "policies.py", "charges": "ledger.py",
+              "grants": "ledger.py", "audit": "ledger.py", "event_ids": "ledger.py",
+              "query_cache": "answers.py", "releases": "provenance.py",
+              "release_states": "provenance.py", "credentials": "credentials.py",
+              "jobs": "jobs.py", "job_ids": "jobs.py"}
+    sql = re.compile(r"(?:FROM|INTO|UPDATE|JOIN|TABLE|SEQUENCE|nextval\(')\s*dpsql\.(\w+)")
+    for module in package.rglob("*.py"):
+        for table in sql.findall(module.read_text("utf-8")):
+            if table in owners:
+                assert module.relative_to(package).as_posix() == owners[table], (module, table)

@@ -13,6 +13,7 @@ import pytest
 
 import dpsql
 from dpsql.errors import AccessDenied, BudgetExceeded, PolicyError
+from dpsql.ledger import Outcome
 from dpsql.privacy import PrivacyCost
 
 from .conftest import policy_text
@@ -129,7 +130,7 @@ def test_charge_survives_sigkill(store_path):
 def test_audit_records_fingerprint_and_finish(store_path):
     with dpsql.connect(store_path, "alice") as alice:
         charge = alice.ledger.charge("alice", "adult", alice.cost(epsilon="0.1"), "SELECT 1")
-        alice.ledger.settle(charge.id, "answered")
+        alice.ledger.settle(charge.id, Outcome.ANSWERED)
         entry = alice.audit(last=1)[0]
         assert entry["outcome"] == "answered"
         assert entry["fingerprint"] == alice.policy.fingerprint
@@ -167,7 +168,7 @@ def test_policy_cannot_forget_spending(make_store, tmp_path):
             admin.apply_policy(renamed)
         with pytest.raises(PolicyError, match="pure accounting cannot count"):
             admin.apply_policy(pure)
-        assert admin.store.policy_version() == 1
+        assert admin.store.services.policies.version() == 1
 
 
 # -- the standing: which ledger rows count, and how ----------------------------------
@@ -328,7 +329,7 @@ def test_an_interrupted_charge_is_counted_from_the_ledger(make_store, monkeypatc
             raise KeyboardInterrupt  # e.g. Ctrl-C in a notebook, after the INSERT
 
         before = alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.1"), "before")
-        monkeypatch.setattr(ledger_module._Books, "add", interrupted)
+        monkeypatch.setattr(ledger_module.Books, "add", interrupted)
         with pytest.raises(KeyboardInterrupt):
             alice.ledger.charge("alice", "adult", PrivacyCost.pure("0.6"), "interrupted")
         monkeypatch.undo()

@@ -12,6 +12,7 @@ from click.testing import CliRunner, Result
 import dpsql
 from dpsql.errors import AccessDenied
 from dpsql.outside import DomainError
+from dpsql.policies import policy_history
 
 from .conftest import ADULT_POLICY, ADULT_SAMPLE
 from .test_cli import run
@@ -152,9 +153,9 @@ def test_policy_apply_refuses_then_drops_when_told(tmp_path: Path) -> None:
     assert applied.exit_code == 0, applied.output
     with dpsql.connect(db, "admin") as session:
         assert session.policy.fingerprint != first
-        history = session.store.policy_history()
+        history = policy_history(session.store)
     assert f"adult.age: {_truth(OLD)} row(s) outside the domain: --outside drop" \
-        in history[-1]["changes"]
+        in (history[-1].changes or "")
     assert _rows(db, "SELECT count(*) FROM adult") == [(_truth(f"NOT ({OLD} OR {OTHER_RACE})"),)]
 
 

@@ -250,7 +250,7 @@ def test_free_queries_of_a_session_run_in_a_sandbox(store_path: Path) -> None:
         admin.release("adult", synthesizer="independent", name="adult_syn", epsilon=1,
                       rows=200, columns=["age", "sex"], seed=7)
     with dpsql.connect(store_path, "alice") as alice:
-        alice.store.state(Sandboxes).configure(LIMIT)
+        alice.store.services.sandboxes.configure(LIMIT)
         assert alice.sql("SELECT count(*) AS n FROM released.adult_syn").table.to_pylist() \
             == [{"n": 200}]
         before = status(os.getpid(), "VmHWM")
@@ -260,5 +260,5 @@ def test_free_queries_of_a_session_run_in_a_sandbox(store_path: Path) -> None:
         assert status(os.getpid(), "VmHWM") - before < 200 * 2**20
         assert alice.sql("SELECT count(*) AS n FROM released.adult_syn").table.to_pylist() \
             == [{"n": 200}]
-        assert alice.store.state(Sandboxes).pids()
-    assert not alice.store.state(Sandboxes).pids()  # closing the store ended them
+        assert alice.store.services.sandboxes.pids()
+    assert not alice.store.services.sandboxes.pids()  # closing the store ended them

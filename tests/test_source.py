@@ -12,6 +12,7 @@ import pytest
 
 import dpsql
 from dpsql.engines.source import bounded_sql
+from dpsql.policies import active_policy
 from dpsql.policy import Dataset
 from dpsql.store import Store
 
@@ -80,7 +81,7 @@ def _bounded_counts(store: Store, dataset: Dataset, secret: str) -> np.ndarray:
 
 
 def test_removing_any_unit_moves_bounded_counts_by_at_most_max_rows(store: Store) -> None:
-    dataset = store.active_policy().dataset("t")
+    dataset = active_policy(store).dataset("t")
     secret = "5ec2e7" * 10 + "beef"  # fixed for every rebuilt table
     _reimport_without(store, None)
     full = _bounded_counts(store, dataset, secret)
@@ -93,14 +94,14 @@ def test_removing_any_unit_moves_bounded_counts_by_at_most_max_rows(store: Store
 
 
 def test_the_choice_depends_on_the_secret(store: Store) -> None:
-    dataset = store.active_policy().dataset("t")
+    dataset = active_policy(store).dataset("t")
     vectors = {tuple(_bounded_counts(store, dataset, s)) for s in ("0" * 64, "1" * 64, "2" * 64)}
     assert len(vectors) > 1
 
 
 def test_rows_without_a_unit_are_never_used(store: Store) -> None:
     """NULL units bounded together would let one such row displace another's kept row."""
-    dataset = store.active_policy().dataset("t")
+    dataset = active_policy(store).dataset("t")
     secret = "5ec2e7" * 10 + "beef"
     with store.transaction() as cur:
         cur.execute("INSERT INTO main.t_all VALUES (1000, NULL, 'a', 0), (1001, NULL, 'b', 0.5), "

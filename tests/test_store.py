@@ -1,35 +1,43 @@
-"""The governed store: creation, migrations, hardening, imports, locking, bad files."""
+"""The governed store: creation, owners' migrations, services, hardening, imports, locking."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 
 import duckdb
 import pytest
 
 import dpsql
+from dpsql import store as store_tables
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
+from dpsql.imports import IMPORT_LIMITS, import_table, normalize_name, table_columns, tables
+from dpsql.jobs import JobState
+from dpsql.ledger import Outcome
 from dpsql.outside import DomainError
+from dpsql.policies import active_policy, check_policy, policy_history
 from dpsql.policy import Policy
-from dpsql.store import IMPORT_LIMITS, SCHEMA_VERSION, Store, normalize_name
+from dpsql.services import OWNERS, StoreServices, open_store
+from dpsql.store import Store, schema_version
 
 from .conftest import ADULT_POLICY, ADULT_SAMPLE, policy_text
 
 
 def test_create_records_schema_version_and_secret(store_path):
-    with Store.open(store_path) as store:
+    with open_store(store_path) as store:
         meta = dict(store.cursor().execute("SELECT key, value FROM dpsql.meta").fetchall())
-        assert meta["schema_version"] == str(SCHEMA_VERSION)
+        assert meta["schema_version"] == str(schema_version(OWNERS))
         assert len(meta["secret"]) == 64
-        assert store.tables() == ["adult"]
-        assert store.active_policy().fingerprint == Policy.load(ADULT_POLICY).fingerprint
+        assert tables(store) == ["adult"]
+        assert active_policy(store).fingerprint == Policy.load(ADULT_POLICY).fingerprint
 
 
 def test_open_is_shared_within_a_process(store_path):
-    a = Store.open(store_path)
-    b = Store.open(store_path)
+    a = open_store(store_path)
+    b = open_store(store_path)
     assert a is b
     a.close()
     assert b.cursor().execute("SELECT 1").fetchone() == (1,)
@@ -56,20 +64,20 @@ def test_a_hard_link_opens_the_same_store(store_path):
     "SET threads = 1",
 ])
 def test_every_connection_is_hardened(store_path, statement):
-    with Store.open(store_path) as store, pytest.raises(duckdb.Error):
+    with open_store(store_path) as store, pytest.raises(duckdb.Error):
         store.cursor().execute(statement)
 
 
 def test_second_process_gets_a_clear_error(store_path):
     code = textwrap.dedent(f"""
         import dpsql, sys
-        from dpsql.store import Store
+        from dpsql.services import open_store
         try:
-            Store.open({str(store_path)!r})
+            open_store({str(store_path)!r})
         except dpsql.StoreError as err:
             print(err); sys.exit(9)
     """)
-    with Store.open(store_path):
+    with open_store(store_path):
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 timeout=60)
     assert result.returncode == 9, result.stderr
@@ -82,47 +90,47 @@ def test_foreign_duckdb_file_is_refused(tmp_path):
     con.execute("CREATE TABLE t AS SELECT 1 AS x")
     con.close()
     with pytest.raises(StoreError, match="not a dpsql store"):
-        Store.open(path)
+        open_store(path)
 
 
 def test_corrupt_file_is_refused(tmp_path):
     path = tmp_path / "corrupt.duckdb"
     path.write_bytes(b"this is not a database" * 1000)
     with pytest.raises(StoreError, match="not a readable DuckDB database"):
-        Store.open(path)
+        open_store(path)
 
 
 def test_missing_store_says_how_to_create(tmp_path):
     with pytest.raises(StoreError, match="dpsql init"):
-        Store.open(tmp_path / "nope.duckdb")
+        open_store(tmp_path / "nope.duckdb")
 
 
 def test_newer_schema_is_refused(store_path):
-    with Store.open(store_path) as store:
+    with open_store(store_path) as store:
         store.cursor().execute("UPDATE dpsql.meta SET value = '999' WHERE key = 'schema_version'")
     with pytest.raises(StoreError, match="upgrade dpsql"):
-        Store.open(store_path)
+        open_store(store_path)
 
 
 def test_import_normalizes_names_and_refuses_overwrite(store_path, tmp_path):
     csv = tmp_path / "t.csv"
     csv.write_text("Income>50K,Hours per week\n1,40\n0,20\n")
-    with Store.open(store_path) as store:
-        renames = store.import_table("extra", csv)
+    with open_store(store_path) as store:
+        renames = import_table(store, "extra", csv)
         assert renames == {"Income>50K": "income_50k", "Hours per week": "hours_per_week"}
-        assert list(store.table_columns("extra")) == ["income_50k", "hours_per_week"]
+        assert list(table_columns(store, "extra")) == ["income_50k", "hours_per_week"]
         with pytest.raises(ConfigurationError, match="--replace"):
-            store.import_table("extra", csv)
+            import_table(store, "extra", csv)
         with pytest.raises(ConfigurationError, match="valid identifier"):
-            store.import_table("bad name", csv)
+            import_table(store, "bad name", csv)
     assert normalize_name("2019 total") == "c_2019_total"
 
 
 def test_import_reads_na_as_null(store_path, tmp_path):
     csv = tmp_path / "n.csv"
     csv.write_text("a,b\nN,1\n2,N\n")
-    with Store.open(store_path) as store:
-        store.import_table("n", csv, na="N")
+    with open_store(store_path) as store:
+        import_table(store, "n", csv, na="N")
         rows = store.cursor().execute("SELECT a, b FROM n ORDER BY b NULLS LAST").fetchall()
     assert rows == [(None, 1), (2, None)]
 
@@ -134,13 +142,13 @@ def _main_tables(store: Store) -> list[str]:
 
 
 def test_import_streams_batches_and_keeps_types_and_rows(store_path, tmp_path, monkeypatch):
-    monkeypatch.setattr("dpsql.store.IMPORT_BATCH_ROWS", 3)  # the 10 rows in 4 batches
+    monkeypatch.setattr("dpsql.imports.IMPORT_BATCH_ROWS", 3)  # the 10 rows in 4 batches
     data = tmp_path / "t.parquet"
     duckdb.sql(f"COPY (SELECT i::INTEGER AS n, 'v' || i AS s, i / 4 AS x FROM range(10) t(i)) "
                f"TO '{data}' (FORMAT parquet)")
-    with Store.open(store_path) as store:
-        store.import_table("t", data, bounds={"n": (0, 9)})
-        assert store.table_columns("t") == {"n": "INTEGER", "s": "VARCHAR", "x": "DOUBLE"}
+    with open_store(store_path) as store:
+        import_table(store, "t", data, bounds={"n": (0, 9)})
+        assert table_columns(store, "t") == {"n": "INTEGER", "s": "VARCHAR", "x": "DOUBLE"}
         rows = store.cursor().execute("SELECT n, s, x FROM t ORDER BY n").fetchall()
         assert rows == [(i, f"v{i}", i / 4) for i in range(10)]
         assert "main.t" in _main_tables(store)
@@ -150,38 +158,38 @@ def test_import_streams_batches_and_keeps_types_and_rows(store_path, tmp_path, m
 def test_import_of_a_header_only_file_keeps_its_columns(store_path, tmp_path):
     csv = tmp_path / "h.csv"
     csv.write_text("a,b\n")
-    with Store.open(store_path) as store:
-        store.import_table("h", csv)
-        assert list(store.table_columns("h")) == ["a", "b"]
+    with open_store(store_path) as store:
+        import_table(store, "h", csv)
+        assert list(table_columns(store, "h")) == ["a", "b"]
         assert store.cursor().execute("SELECT count(*) FROM h").fetchone() == (0,)
 
 
 @pytest.mark.parametrize("bounds", [None, {"a": (0, 10)}], ids=["direct", "staged"])
 def test_a_bad_value_after_some_batches_leaves_nothing_behind(store_path, tmp_path,
                                                               monkeypatch, bounds):
-    monkeypatch.setattr("dpsql.store.IMPORT_BATCH_ROWS", 1000)
+    monkeypatch.setattr("dpsql.imports.IMPORT_BATCH_ROWS", 1000)
     csv = tmp_path / "late.csv"  # past the rows DuckDB's sniffer reads: found while streaming
     csv.write_text("a,b\n" + "1,2\n" * 30_000 + "x,2\n")
-    with Store.open(store_path) as store:
-        store.import_table("late", ADULT_SAMPLE)
+    with open_store(store_path) as store:
+        import_table(store, "late", ADULT_SAMPLE)
         before = _main_tables(store)
         with pytest.raises(ConfigurationError, match=r"cannot read .*late\.csv"):
-            store.import_table("late", csv, replace=True, bounds=bounds)
+            import_table(store, "late", csv, replace=True, bounds=bounds)
         assert _main_tables(store) == before
         assert store.cursor().execute("SELECT count(*) FROM late").fetchone() == (5000,)
 
 
 def test_policy_must_match_the_tables(store_path):
-    with Store.open(store_path) as store:
+    with open_store(store_path) as store:
         missing_col = Policy.from_text(policy_text(columns="\n      salary: {type: float, "
                                                    "bounds: [0, 1]}"))
         with pytest.raises(PolicyError, match="has no such column"):
-            store.check_policy(missing_col)
+            check_policy(store, missing_col)
         wrong_type = Policy.from_text(policy_text(columns="\n      sex: {type: categorical, "
                                                   "values: ['M', 'F']}"))
         with pytest.raises(PolicyError, match="values must be numbers"):
-            store.check_policy(wrong_type)
-        notes = store.check_policy(Policy.from_text(policy_text()))
+            check_policy(store, wrong_type)
+        notes = check_policy(store, Policy.from_text(policy_text()))
         assert any("hidden" in n and "workclass" in n for n in notes)
 
 
@@ -199,8 +207,10 @@ def test_policy_history_keeps_every_version(admin, tmp_path):
     new.write_text(ADULT_POLICY.read_text().replace("adult: {epsilon: 2}", "adult: {epsilon: 3}"))
     changes = admin.apply_policy(new)
     assert any("users.alice.budgets.adult.epsilon: 2 -> 3" in c for c in changes)
-    history = admin.store.policy_history()
-    assert [h["version"] for h in history] == [1, 2]
+    history = policy_history(admin.store)
+    assert [h.version for h in history] == [1, 2]
+    assert [h.applied_by for h in history] == ["admin", "admin"]
+    assert history[1].text == new.read_text()
     assert admin.policy.users["alice"].budgets["adult"] == admin.cost(epsilon=3)
 
 
@@ -273,3 +283,63 @@ def test_init_refuses_millions_of_distinct_outside_values_within_its_limits(tmp_
     with pytest.raises(DomainError, match=r"ids\.id hold values outside"):
         dpsql.init(tmp_path / "ids.duckdb", policy, {"ids": data})
     assert not (tmp_path / "ids.duckdb").exists()
+
+
+def test_the_owners_migrations_make_every_table_once_in_one_order(store_path):
+    assert OWNERS[0] is store_tables.TABLES  # the schemas come first
+    assert schema_version(OWNERS) == 7  # the versions dpsql wrote before the split
+    owners = [owner.owner for owner in OWNERS]
+    assert len(set(owners)) == len(owners)
+    assert owners.index("ledger") < owners.index("jobs")  # jobs' recovery settles through it
+    with open_store(store_path) as store:
+        made = {r[0] for r in store.cursor().execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'dpsql'").fetchall()}
+    created = [m.group(1) for owner in OWNERS for statements in owner.migrations.values()
+               for s in statements for m in [re.match(r"CREATE TABLE dpsql\.(\w+)", s)] if m]
+    assert sorted(created) == sorted(made)  # each table by one owner, once
+
+
+def test_services_are_built_at_open_shared_by_handles_and_closed_in_order(store_path):
+    assert not hasattr(Store, "state")
+    first = open_store(store_path)
+    second = open_store(store_path)
+    assert second.services is first.services
+    services = first.services
+    assert isinstance(services, StoreServices)
+    assert services.free._folder is None  # nothing made before it is used
+    with first.services.free.using(first):
+        pass
+    folder = services.free._folder
+    assert folder is not None
+    second.close()
+    assert folder.is_dir()  # one handle left: nothing closed
+    closed: list[str] = []
+    for name in ("jobs", "books", "free", "sandboxes"):
+        service = getattr(services, name)
+        real = service.close
+
+        def close(name: str = name, real: Callable[[], None] = real) -> None:
+            closed.append(name)
+            real()
+        object.__setattr__(service, "close", close)
+    first.close()
+    assert closed == ["jobs", "books", "free", "sandboxes"]
+    assert not folder.exists()
+
+
+def test_the_open_settles_a_left_jobs_request_only_if_it_is_open(admin, store_path):
+    ledger = admin.ledger
+    settled_first = ledger.record("admin", "adult", "release x", Outcome.STARTED)
+    ledger.settle(settled_first, Outcome.RELEASED)  # its process ended before the job row
+    left_open = ledger.record("admin", "adult", "release y", Outcome.STARTED)
+    with admin.store.transaction() as cur:  # two job rows a killed process left running
+        for audit_id in (settled_first, left_open):
+            cur.execute("INSERT INTO dpsql.jobs (id, user_name, kind, name, state, "
+                        "submitted_at, audit_id) VALUES (nextval('dpsql.job_ids'), 'admin', "
+                        "'release', 'x', 'running', now(), ?)", [audit_id])
+    admin.close()
+    with dpsql.connect(store_path, "admin") as again:
+        outcomes = {r["id"]: r["outcome"] for r in again.audit()}
+        assert outcomes[settled_first] is Outcome.RELEASED  # a settled row never changes
+        assert outcomes[left_open] is Outcome.INTERRUPTED
+        assert [j["state"] for j in again.jobs().list()] == [JobState.INTERRUPTED] * 2

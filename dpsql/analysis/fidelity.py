@@ -206,6 +206,8 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
     from dpsql import provenance
     from dpsql.engines.source import bounded_sql
     from dpsql.errors import ReleaseError
+    from dpsql.imports import table_columns
+    from dpsql.ledger import Outcome
     from dpsql.release import COPY_COLUMN
     from dpsql.store import check_identifier
 
@@ -222,7 +224,7 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
         raise ReleaseError(f"dataset {dataset.name!r} lives on another engine, and evaluate "
                            "reads the real rows from the store only for now (docs/engines.md)")
     copies = int(record.get("copies", 1))
-    has_copy_column = COPY_COLUMN in store.table_columns(name, "released")
+    has_copy_column = COPY_COLUMN in table_columns(store, name, "released")
     chosen = copy if copy is not None else (1 if has_copy_column else None)
     if chosen is not None and not 1 <= chosen <= copies:
         raise ReleaseError(f"release {name!r} has copies 1 to {copies}; got --copy {chosen}")
@@ -231,7 +233,7 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
     # Audited before the real rows are read, so even a crash leaves a trace; the outcome
     # says whether the evaluation finished.
     ledger = session.ledger
-    audit_id = ledger.record(session.user, dataset.name, f"evaluate {name}", "started",
+    audit_id = ledger.record(session.user, dataset.name, f"evaluate {name}", Outcome.STARTED,
                              "not DP: fidelity computed from the real data", action="evaluate")
     try:
         cursor = store.cursor()
@@ -245,7 +247,8 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
                             bootstrap_ideal(true, sizes, np.random.default_rng(seed)),
                             true_tables, synthetic_tables)
     except BaseException as err:
-        ledger.settle(audit_id, "failed", f"not DP: the evaluation failed ({type(err).__name__})")
+        ledger.settle(audit_id, Outcome.FAILED,
+                      f"not DP: the evaluation failed ({type(err).__name__})")
         raise
-    ledger.settle(audit_id, "evaluated")
+    ledger.settle(audit_id, Outcome.EVALUATED)
     return result

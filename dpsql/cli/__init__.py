@@ -19,10 +19,9 @@ import click
 
 from dpsql.cli import sigint
 from dpsql.cli.common import Caller, cli
-from dpsql.errors import DPSQLError
+from dpsql.errors import OS_ERROR_EXIT, DPSQLError, os_failure
 from dpsql.files import private_umask
 
-EXIT_OS_ERROR = 74  # sysexits' EX_IOERR
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
@@ -84,9 +83,9 @@ def run(args: list[str], caller: Caller | None = None, width: int | None = None)
     except Exception as err:
         if sigint.seen():  # Ctrl-C in disguise (DuckDB's "Query interrupted")
             _interrupted()
-        io_failure = _io_failure(err)
+        io_failure = os_failure(err)
         if io_failure:
-            _fail("os_error", io_failure, EXIT_OS_ERROR, as_json)
+            _fail("os_error", io_failure, OS_ERROR_EXIT, as_json)
         if os.environ.get("DPSQL_DEBUG"):  # a bug: say so, without a stack trace for the user
             raise
         _fail("internal_error", f"internal error ({type(err).__name__}); this is a bug in "
@@ -102,25 +101,6 @@ def _wants_json(args: list[str]) -> bool:
     """Whether the command line asks for JSON (--json, --format json or --format=json)."""
     pairs = zip(args, [*args[1:], ""], strict=True)
     return "--json" in args or "--format=json" in args or ("--format", "json") in pairs
-
-
-def _io_failure(err: Exception) -> str | None:
-    """What an operating-system failure says (permission denied, disk full), else None.
-
-    DuckDB reports a failed write of the store as its own error that names the file.
-    """
-    if isinstance(err, OSError):
-        where = f" ({err.filename})" if err.filename else ""
-        what = err.strerror or str(err) or type(err).__name__
-    else:
-        duckdb = sys.modules.get("duckdb")
-        text = str(err).splitlines()[0] if str(err) else ""
-        start = text.find("Could not write file")  # after "Failed to commit: "
-        if duckdb is None or not isinstance(err, duckdb.Error) or not (
-                isinstance(err, duckdb.IOException) or start >= 0):
-            return None
-        where, what = "", text[max(start, 0):]
-    return f"{what}{where}; check the path, its permissions and the free disk space"
 
 
 def _fail(code: str, message: str, exit_code: int, as_json: bool) -> None:

@@ -89,7 +89,9 @@ def init_cmd(db: str, policy_path: str, imports: tuple[str, ...], na: str | None
     except DomainError as err:
         _report(err.found, "refuse")
         raise
-    tables = store.tables()
+    from dpsql.imports import tables as store_tables
+
+    tables = store_tables(store)
     store.close()
     if as_json:
         emit_json({"store": db, "policy": policy.fingerprint, "tables": tables, "notes": notes})
@@ -121,6 +123,7 @@ def policy_check(path: str, db: str | None, outside: Handling, actor: str | None
     are reported and fail the check unless --outside says what apply would do.
     """
     from dpsql.ledger import Ledger
+    from dpsql.policies import check_policy
     from dpsql.policy import Policy
     from dpsql.session import connect
 
@@ -130,7 +133,7 @@ def policy_check(path: str, db: str | None, outside: Handling, actor: str | None
     if db:
         with connect(db, default_actor(actor, db)) as session:
             found = session.check_domain(pol)
-            notes = session.store.check_policy(pol) + Ledger(session.store, pol).overspent()
+            notes = check_policy(session.store, pol) + Ledger(session.store, pol).overspent()
         _report(found, outside, done=False)
         error = refusal(found, outside)
         if error is not None:
@@ -176,6 +179,7 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, outside: Hand
     refused, nothing changes.
     """
     from dpsql.ledger import Ledger
+    from dpsql.policies import check_policy
     from dpsql.policy import Policy
     from dpsql.session import connect
 
@@ -190,7 +194,7 @@ def policy_apply(path: str, db: str, actor: str | None, yes: bool, outside: Hand
             else:
                 click.echo("no changes: the store already enforces this policy")
             return
-        session.store.check_policy(new)  # a policy that cannot apply shows no diff first
+        check_policy(session.store, new)  # a policy that cannot apply shows no diff first
         found = session.check_domain(new)
         _report(found, outside, done=False)
         error = refusal(found, outside)
@@ -273,19 +277,22 @@ def policy_draft(file: str | None, db: str | None, table: str | None, dataset: s
 @json_option
 def policy_show(db: str, as_json: bool) -> None:
     """Show the active policy and the history of applied versions."""
-    from dpsql.store import Store
+    from dpsql.policies import active_policy, policy_history
+    from dpsql.services import open_store
 
-    with Store.open(db) as store:
-        pol = store.active_policy()
-        history = store.policy_history()
+    with open_store(db) as store:
+        pol = active_policy(store)
+        history = policy_history(store)
     if as_json:
-        emit_json({"active": pol.fingerprint, **_policy_summary(pol), "history": history})
+        emit_json({"active": pol.fingerprint, **_policy_summary(pol), "history": [
+            {"version": h.version, "fingerprint": h.fingerprint, "applied_by": h.applied_by,
+             "applied_at": h.applied_at, "changes": h.changes} for h in history]})
         return
     click.echo(pol.text.rstrip())
     click.echo()
     click.echo(heading("history"))
-    click.echo(table([[h["version"], h["fingerprint"], h["applied_by"], h["applied_at"],
-                       (h["changes"] or "").replace("\n", "; ")[:60]] for h in history],
+    click.echo(table([[h.version, h.fingerprint, h.applied_by, h.applied_at,
+                       (h.changes or "").replace("\n", "; ")[:60]] for h in history],
                      ["version", "fingerprint", "by", "at", "changes"], right=[0]))
 
 
@@ -374,6 +381,7 @@ def audit_cmd(db: str, user: str | None, last: int | None, actor: str | None,
 
     A refused request shows the cost it asked for ("asked ..."): nothing was charged.
     """
+    from dpsql.ledger import Outcome
     from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
@@ -387,7 +395,7 @@ def audit_cmd(db: str, user: str | None, last: int | None, actor: str | None,
         return
     click.echo(table(
         [[r["id"], r["at"], r["user"], r["dataset"] or "", r["action"], r["outcome"],
-          ("asked " if r["outcome"] == "refused" else "") + r["cost"].describe(delta)
+          ("asked " if r["outcome"] is Outcome.REFUSED else "") + r["cost"].describe(delta)
           if r["cost"] else "",
           _short((r["reason"] or r["statement"] or ""), 70)] for r in rows],
         ["id", "at", "user", "dataset", "action", "outcome", "cost", "statement / reason"],

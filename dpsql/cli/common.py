@@ -161,8 +161,9 @@ def default_actor(actor: str | None, db: str) -> str:
     """The acting user: the one given, else the first admin of the store's policy."""
     if actor:
         return actor
-    from dpsql.store import Store
+    from dpsql.policies import active_policy
+    from dpsql.services import open_store
 
-    with Store.open(db) as store:
-        admins = [u.name for u in store.active_policy().users.values() if u.role == "admin"]
+    with open_store(db) as store:
+        admins = [u.name for u in active_policy(store).users.values() if u.role == "admin"]
     return admins[0]

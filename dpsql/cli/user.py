@@ -49,10 +49,11 @@ def user_add(name: str, password_stdin: bool, iterations: int, db: str, as_json:
       dpsql user add alice                       # prompts twice
       echo "$PASSWORD" | dpsql user add alice --password-stdin
     """  # noqa: D301 (click needs a real \b)
-    from dpsql.store import Store
+    from dpsql.policies import active_policy
+    from dpsql.services import open_store
 
-    with Store.open(db) as store:
-        if name not in store.active_policy().users:
+    with open_store(db) as store:
+        if name not in active_policy(store).users:
             raise ConfigurationError(f"no user {name!r} in the store's policy; declare it under "
                                      "users: and run dpsql policy apply first")
         password = _read_password(password_stdin)
@@ -71,9 +72,9 @@ def user_add(name: str, password_stdin: bool, iterations: int, db: str, as_json:
 @json_option
 def user_remove(name: str, db: str, as_json: bool) -> None:
     """Remove NAME's SQL password (the user can no longer connect to dpsql serve)."""
-    from dpsql.store import Store
+    from dpsql.services import open_store
 
-    with Store.open(db) as store:
+    with open_store(db) as store:
         found = auth.remove_user(store, name)
     if as_json:
         emit_json({"user": name, "removed": found})
@@ -88,9 +89,9 @@ def user_remove(name: str, db: str, as_json: bool) -> None:
 @json_option
 def user_list(db: str, as_json: bool) -> None:
     """List users who have an SQL password, with their role in the active policy."""
-    from dpsql.store import Store
+    from dpsql.services import open_store
 
-    with Store.open(db) as store:
+    with open_store(db) as store:
         rows = auth.list_users(store)
     if as_json:
         emit_json(rows)

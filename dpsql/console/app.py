@@ -36,6 +36,7 @@ from dpsql.console.auth import (
     set_cookie,
 )
 from dpsql.errors import ConfigurationError, DPSQLError
+from dpsql.policies import active_policy
 from dpsql.server import procedure
 from dpsql.server.auth import LoginBackoff, load_verifier
 from dpsql.session import Session
@@ -120,7 +121,7 @@ class Console:
             if wait > 0:
                 raise ValueError(f"too many failed logins for {user!r} from this address; "
                                  f"try again in {int(wait) + 1} s")
-            principal = self.store.active_policy().users.get(user)
+            principal = active_policy(self.store).users.get(user)
             admin = password_ok(self.store, self.secret, user, password) and \
                 principal is not None and principal.role == "admin"
             if admin:

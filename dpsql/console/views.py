@@ -13,6 +13,8 @@ from typing import Any
 from urllib.parse import quote
 
 from dpsql.console import pages
+from dpsql.ledger import Outcome
+from dpsql.policies import policy_history
 from dpsql.privacy import PrivacyCost
 from dpsql.session import Session
 
@@ -46,16 +48,14 @@ def budgets(session: Session, csrf: str) -> str:
 def spend(session: Session) -> dict[str, list[tuple[datetime, float]]]:
     """Cumulative spend per dataset after each charge, in the policy's unit."""
     kind = session.policy.accounting
-    rows = session.store.cursor().execute(
-        "SELECT dataset, ts, kind, units FROM dpsql.charges WHERE NOT infinite "
-        "ORDER BY ts, id").fetchall()
     totals: dict[str, PrivacyCost] = {}
     series: dict[str, list[tuple[datetime, float]]] = {}
-    for dataset, at, row_kind, units in rows:
-        cost = PrivacyCost(row_kind, int(units))
-        total = totals.get(dataset, PrivacyCost.zero(kind)) + cost.to(kind)
-        totals[dataset] = total
-        series.setdefault(dataset, []).append((at, float(total)))
+    for charge in session.ledger.charges():
+        if charge.cost.infinite:
+            continue
+        total = totals.get(charge.dataset, PrivacyCost.zero(kind)) + charge.cost.to(kind)
+        totals[charge.dataset] = total
+        series.setdefault(charge.dataset, []).append((charge.at, float(total)))
     return series
 
 
@@ -79,7 +79,7 @@ def audit(session: Session, query: Mapping[str, str]) -> str:
             "</label><button>Filter</button></form>")
     body = pages.table(
         ([r["id"], f"{r['at']:%Y-%m-%d %H:%M:%S}", r["user"], r["dataset"] or "", r["action"],
-          r["outcome"], ("asked " if r["outcome"] == "refused" else "")
+          r["outcome"], ("asked " if r["outcome"] is Outcome.REFUSED else "")
           + r["cost"].describe(delta) if r["cost"] else "",
           _short(r["reason"] or r["statement"] or "")] for r in picked),
         ["id", "at", "user", "dataset", "kind", "outcome", "cost", "statement / reason"])
@@ -147,17 +147,15 @@ def report(session: Session, name: str) -> str:
 
 def policy(session: Session) -> str:
     """The active policy, its history and each version's diff against the one before."""
-    store = session.store
-    history = store.policy_history()
-    texts = store.cursor().execute(
-        "SELECT version, text FROM dpsql.policies ORDER BY version").fetchall()
+    history = policy_history(session.store)
     diffs = "".join(f"<h3>version {version}</h3>{pages.diff_html(lines)}"
-                    for version, lines in pages.policy_diffs(texts))
-    return (f"<h2>Active (version {history[-1]['version']}, "
-            f"{escape(history[-1]['fingerprint'])})</h2>"
-            f'<pre class="diff">{escape(store.active_policy().text)}</pre><h2>History</h2>'
-            + pages.table(([h["version"], h["fingerprint"], h["applied_by"],
-                            f"{h['applied_at']:%Y-%m-%d %H:%M}", h["changes"] or ""]
+                    for version, lines in pages.policy_diffs(
+                        [(h.version, h.text) for h in history]))
+    return (f"<h2>Active (version {history[-1].version}, "
+            f"{escape(history[-1].fingerprint)})</h2>"
+            f'<pre class="diff">{escape(session.policy.text)}</pre><h2>History</h2>'
+            + pages.table(([h.version, h.fingerprint, h.applied_by,
+                            f"{h.applied_at:%Y-%m-%d %H:%M}", h.changes or ""]
                            for h in reversed(history)),
                           ["version", "fingerprint", "by", "at", "changes"])
             + f"<h2>Changes</h2>{diffs or '<p>only one version</p>'}")
@@ -168,7 +166,7 @@ def jobs(session: Session, csrf: str) -> str:
     rows = session.jobs().list()
 
     def cancel(job: dict[str, Any]) -> str:
-        if job["state"] not in ("queued", "running"):
+        if not job["state"].live:
             return ""
         return (f'<form class="inline" method="post" action="jobs/{int(job["id"])}/cancel">'
                 f"{pages.hidden(csrf)}<button>Cancel</button></form>")

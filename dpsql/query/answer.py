@@ -38,12 +38,11 @@ from dpsql.engines import engine_for
 from dpsql.engines.base import Engine, EngineError, Prepared
 from dpsql.engines.local import DuckDBEngine
 from dpsql.errors import ConfigurationError, InternalError, QueryCanceled, QueryRejected
-from dpsql.ledger import Ledger
+from dpsql.ledger import Ledger, Outcome
 from dpsql.policy import Dataset, Policy
 from dpsql.privacy import PrivacyCost, figure
 from dpsql.query import cache, meta
 from dpsql.query.dialect import nested_too_deeply, reject
-from dpsql.query.free import FreeDatabase
 from dpsql.query.model import SPREAD, QueryPlan
 from dpsql.query.options import (
     confidence,
@@ -54,7 +53,7 @@ from dpsql.query.options import (
     set_option,
     target_error,
 )
-from dpsql.query.plancache import Entry, plans_of
+from dpsql.query.plancache import Entry
 from dpsql.query.planner import plan_query
 from dpsql.query.portable import check_total
 from dpsql.query.post import answer_table, answer_types, base_table, check_post
@@ -202,10 +201,11 @@ def _statement(call: _Call, text: str) -> Answer:
             return _explain(call, inner.ast, statement.text, text)
         return _query(call, statement.ast, text)
     except RecursionError:  # an expression too deep for one of the passes over it
-        call.ledger.record(call.user, None, text, "rejected", reason=str(nested_too_deeply()))
+        call.ledger.record(call.user, None, text, Outcome.REJECTED,
+                           reason=str(nested_too_deeply()))
         raise nested_too_deeply() from None
     except (QueryRejected, ConfigurationError) as err:
-        call.ledger.record(call.user, None, text, "rejected", reason=str(err)[:2000])
+        call.ledger.record(call.user, None, text, Outcome.REJECTED, reason=str(err)[:2000])
         raise
 
 
@@ -283,7 +283,7 @@ def _query(call: _Call, ast: exp.Expr, text: str) -> Answer:
 def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
     """A free query: validated, then run on the isolated database (:mod:`dpsql.query.free`)."""
     store = call.ctx.store
-    with store.state(FreeDatabase).using(store) as copy:
+    with store.services.free.using(store) as copy:
         check_released(ast, text, set(copy.names))
         try:  # in a sandbox process: OutOfMemory and QueryCanceled pass through
             table = copy.run(ast.sql(dialect="duckdb"), user=call.user,
@@ -294,7 +294,7 @@ def _released(call: _Call, ast: exp.Expr, text: str) -> Answer:
                                 f"{str(err).splitlines()[0]}", construct="query",
                                 advice="check the column names (SHOW dpsql.released lists the "
                                 "tables)") from err
-    audit = call.ledger.record(call.user, None, text, "answered", action="released")
+    audit = call.ledger.record(call.user, None, text, Outcome.ANSWERED, action="released")
     return Answer(table, "released", call.zero, status=f"SELECT {table.num_rows}",
                   audit_id=audit)
 
@@ -330,7 +330,7 @@ def _planned(call: _Call, ast: exp.Expr, text: str) -> Entry:
         raise reject(text, "a DP query needs at least one aggregate", ast,
                      construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
     entry = Entry(plan, types_of(plan.dataset))
-    plans_of(call.ctx.store).put(call.user, text, call.policy.fingerprint, entry)
+    call.ctx.store.services.plans.put(call.user, text, call.policy.fingerprint, entry)
     return entry
 
 
@@ -340,12 +340,12 @@ def _reused(call: _Call, text: str) -> Entry | None:
     Its table's column types are compared with the plan's in the statement's
     snapshot before it is used (:func:`_dp`).
     """
-    return plans_of(call.ctx.store).get(call.user, text, call.policy.fingerprint)
+    return call.ctx.store.services.plans.get(call.user, text, call.policy.fingerprint)
 
 
 def _again(call: _Call, text: str) -> Answer:
     """Forget the stale kept plan of ``text``, plan the text anew and answer it."""
-    plans_of(call.ctx.store).drop(call.user, text, call.policy.fingerprint)
+    call.ctx.store.services.plans.drop(call.user, text, call.policy.fingerprint)
     statement = classify(text)
     assert isinstance(statement, QueryStatement)  # it was planned as a DP query before
     return _query(call, statement.ast, text)
@@ -436,7 +436,7 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
     _check_post(entry, prepared, call.ctx.options)
     stored = cache.lookup(call.ctx.store, prepared.key)
     if stored is not None:
-        audit = call.ledger.record(call.user, dataset, text, "cached", cost=call.zero,
+        audit = call.ledger.record(call.user, dataset, text, Outcome.CACHED, cost=call.zero,
                                    reason=f"same measurement as request {stored.audit_id}")
         remaining = call.ledger.budget(call.user, dataset).remaining
         notice = (f"dpsql: {dataset}: repeated query answered from the cache at no cost "
@@ -462,9 +462,9 @@ def _dp(call: _Call, entry: Entry, text: str, checked: bool) -> Answer:
         return _measured(call, prepared, query, charge.id, answered)
     except BaseException as err:
         if isinstance(err, QueryCanceled):  # a fixed text caused by the analyst, not the rows
-            call.ledger.settle(charge.id, "failed", reason=str(err))
+            call.ledger.settle(charge.id, Outcome.FAILED, reason=str(err))
             raise
-        call.ledger.settle(charge.id, "failed", reason=FAILED_REASON)
+        call.ledger.settle(charge.id, Outcome.FAILED, reason=FAILED_REASON)
         log.error("request %d failed after its charge", charge.id, exc_info=err)
         raise InternalError(FAILED_AFTER_CHARGE) from None
 
@@ -501,7 +501,7 @@ def _measured(call: _Call, prepared: _Prepared, query: Prepared, audit_id: int,
     answer = answered(plan, noisy)
     row = cache.stored_row(prepared.key, call.user, plan, call.policy.fingerprint, audit_id,
                            prepared.noises, noisy, keys)
-    if call.ledger.settle(audit_id, "answered", answer=row):
+    if call.ledger.settle(audit_id, Outcome.ANSWERED, answer=row):
         return answer
     twin = cache.lookup(call.ctx.store, prepared.key)
     assert twin is not None, "an answer that was stored first is still stored"
@@ -659,7 +659,7 @@ def _explain(call: _Call, ast: exp.Expr, inner: str, text: str) -> Answer:
               f"remaining {meta.both_units(remaining, policy.delta, 'down')}")
     if suggested is not None and target is not None:  # suggested exactly with a target
         notice += "; " + _suggestion(plan, suggested, target, level, policy.delta)
-    audit = call.ledger.record(call.user, plan.dataset.name, text, "explained",
+    audit = call.ledger.record(call.user, plan.dataset.name, text, Outcome.EXPLAINED,
                                action="explain")
     return Answer(table, "explain", call.zero, remaining, plan.dataset.name, cached, info,
                   notice, "EXPLAIN", audit)

@@ -7,7 +7,8 @@ same user with the same options gets the same numbers back at no cost, so
 averaging repeats gains nothing; post-processing (ORDER BY, HAVING, LIMIT,
 intervals) is re-applied to the stored values, so it may differ freely. The
 cache lives in the store, so restarting the server does not re-draw noise. This
-module reads and encodes answers; :mod:`dpsql.ledger` writes them.
+module encodes and decodes answers; :mod:`dpsql.answers` owns the table, and the
+ledger writes an answer as it settles its request.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsql.ledger import answer_stored, queued_answer
+from dpsql.answers import StoredAnswer
+from dpsql.mechanisms.additive import Noise
 from dpsql.privacy import PrivacyCost
-from dpsql.query.mechanisms import Noise
 from dpsql.query.model import QueryPlan
 from dpsql.query.quantile import MeasureNoise, QuantileNoise
 from dpsql.store import Store, now
@@ -50,32 +51,23 @@ def cache_key(user: str, fingerprint: str, plan: QueryPlan, cost: PrivacyCost) -
 
 def lookup(store: Store, key: str) -> CachedAnswer | None:
     """The stored answer under ``key``, if any (including one whose settle is queued)."""
-    queued = queued_answer(store, key)
-    row: tuple[Any, ...] | None
-    if queued is not None:
-        row = (queued[4], queued[7], queued[8])
-    elif not answer_stored(store, key):  # the usual miss reads nothing
-        return None
-    else:
-        row = store.cursor().execute(
-            "SELECT audit_id, noise, measures FROM dpsql.query_cache WHERE key = ?", [key]
-        ).fetchone()
-    if row is None:
+    found = store.services.answers.find(key)
+    if found is None:
         return None
     noises = tuple(QuantileNoise.from_json(n) if n["mechanism"] == "quantile"
-                   else Noise.from_json(n) for n in json.loads(row[1]))
-    reader = pa.ipc.open_stream(pa.py_buffer(bytes(row[2])))
+                   else Noise.from_json(n) for n in json.loads(found.noise))
+    reader = pa.ipc.open_stream(pa.py_buffer(bytes(found.measures)))
     table = reader.read_all()
     measures = [table.column(name).to_numpy().astype(np.int64)
                 for name in table.column_names if name != "keys"]
     keys = tuple(table.column("keys").to_pylist()) if "keys" in table.column_names else None
-    return CachedAnswer(int(row[0]), noises, measures, keys)
+    return CachedAnswer(found.audit_id, noises, measures, keys)
 
 
 def stored_row(key: str, user: str, plan: QueryPlan, fingerprint: str, audit_id: int,
                noises: tuple[MeasureNoise, ...], measures: list[np.ndarray],
-               keys: tuple[Any, ...] | None = None) -> list[Any]:
-    """The ``dpsql.query_cache`` row of an answer, which the ledger writes as it settles.
+               keys: tuple[Any, ...] | None = None) -> StoredAnswer:
+    """The stored form of an answer, which the ledger writes as it settles.
 
     If the process dies before that commit, a repeat is simply charged again:
     losing a stored answer costs budget, never privacy.
@@ -86,5 +78,6 @@ def stored_row(key: str, user: str, plan: QueryPlan, fingerprint: str, audit_id:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return [key, user, plan.dataset.name, fingerprint, audit_id, now(), plan.normalized(),
-            json.dumps([n.to_json() for n in noises]), sink.getvalue().to_pybytes()]
+    return StoredAnswer(key, user, plan.dataset.name, fingerprint, audit_id, now(),
+                        plan.normalized(), json.dumps([n.to_json() for n in noises]),
+                        sink.getvalue().to_pybytes())

@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from dpsql.domain import quote
 from dpsql.engines.interrupt import Interrupter
+from dpsql.provenance import live_versions
 from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.released import free_name
 from dpsql.sandbox import Database, Sandboxes, mib
@@ -70,14 +71,10 @@ FREE_CONFIG = {**HARDENED_CONFIG, "python_enable_replacements": False,
 
 #: Schemas copied: released tables, and the policy's public tables (:mod:`dpsql.public`).
 SCHEMAS = (SCHEMA, PUBLIC_SCHEMA)
-_SIGNATURE = (
-    "SELECT t.schema_name, t.table_name, t.table_oid, t.column_count, t.estimated_size, "
-    "r.release_id, md5(r.record) "
-    "FROM duckdb_tables() t LEFT JOIN dpsql.releases r ON t.schema_name = 'released' "
-    "AND r.name = t.table_name AND r.superseded_by IS NULL "
-    "WHERE t.database_name = current_database() "
-    f"AND t.schema_name IN ('{SCHEMA}', '{PUBLIC_SCHEMA}') "
-    "ORDER BY t.schema_name, t.table_name")
+_TABLES = (
+    "SELECT schema_name, table_name, table_oid, column_count, estimated_size "
+    "FROM duckdb_tables() WHERE database_name = current_database() "
+    f"AND schema_name IN ('{SCHEMA}', '{PUBLIC_SCHEMA}') ORDER BY schema_name, table_name")
 _KEYS = itertools.count(1)
 
 
@@ -121,12 +118,14 @@ class FreeCopy:
 class FreeDatabase:
     """A store's isolated database for free queries (one per open store).
 
-    Get it with ``store.state(FreeDatabase)``; :meth:`Store.close` closes it.
+    A store service (``store.services.free``), whose queries run in the store's
+    ``sandboxes``; it closes with the store.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, sandboxes: Sandboxes) -> None:
+        self._sandboxes = sandboxes
         self._lock = threading.Lock()  # one rebuild at a time; readers take the current copy
-        self._folder = Path(tempfile.mkdtemp(prefix="dpsql-free-"))
+        self._folder: Path | None = None  # made with the first copy
         self._copy: _Copy | None = None
         self._builds = 0
         self._key = f"free-{next(_KEYS)}"
@@ -136,8 +135,7 @@ class FreeDatabase:
         """The copy matching ``store`` now; its file stays while the block runs."""
         copy = self._current(store)
         try:
-            yield FreeCopy(copy.names, copy.version, copy.path, self._key,
-                           store.state(Sandboxes))
+            yield FreeCopy(copy.names, copy.version, copy.path, self._key, self._sandboxes)
         finally:
             with self._lock:
                 copy.users -= 1
@@ -146,7 +144,7 @@ class FreeDatabase:
 
     def _current(self, store: Store) -> _Copy:
         with self._lock, _snapshot(store) as source:
-            signature = tuple(tuple(row) for row in source.execute(_SIGNATURE).fetchall())
+            signature = _signature(source)
             if self._copy is None or self._copy.signature != signature:
                 old, self._copy = self._copy, self._build(source, signature)
                 if old is not None and old.users == 0:
@@ -158,6 +156,8 @@ class FreeDatabase:
                signature: tuple[tuple[object, ...], ...]) -> _Copy:
         """Write the released and public tables of ``source`` into a new file."""
         self._builds += 1
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="dpsql-free-"))
         path = self._folder / f"free-{self._builds}.duckdb"
         tables = [(str(row[0]), str(row[1])) for row in signature]
         writer = duckdb.connect(str(path), config=dict(FREE_CONFIG))
@@ -180,7 +180,16 @@ class FreeDatabase:
         """Forget the copy and remove its folder (the store closes its sandboxes)."""
         with self._lock:
             self._copy = None
-            shutil.rmtree(self._folder, ignore_errors=True)
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _signature(source: duckdb.DuckDBPyConnection) -> tuple[tuple[object, ...], ...]:
+    """Each copied table's identity, and a released one's live provenance, in one snapshot."""
+    live = live_versions(source)
+    return tuple((*row, *(live.get(str(row[1]), (None, None)) if row[0] == SCHEMA
+                          else (None, None)))
+                 for row in source.execute(_TABLES).fetchall())
 
 
 def _remove(copy: _Copy) -> None:

@@ -148,13 +148,13 @@ def datasets_table(ctx: Context) -> pa.Table:
 
 def released_table(ctx: Context) -> pa.Table:
     """Released synthetic tables with their provenance summary."""
-    cur = ctx.store.cursor()
-    rows = cur.execute(
-        "SELECT t.table_name, r.dataset, r.synthesizer, r.privacy, r.released_at "
-        "FROM information_schema.tables t LEFT JOIN dpsql.releases r "
-        "ON r.name = t.table_name AND r.superseded_by IS NULL "
-        "WHERE t.table_schema = ? ORDER BY t.table_name", [SCHEMA]).fetchall()
+    from dpsql.imports import tables
+    from dpsql.provenance import releases
+
+    live = {r["name"]: r for r in releases(ctx.store)}
     names = ("table", "dataset", "synthesizer", "privacy", "released_at")
+    rows = [(name, *(live[name][n] if name in live else None for n in names[1:]))
+            for name in tables(ctx.store, SCHEMA)]
     return pa.table({n: pa.array([f"{SCHEMA}.{r[0]}" if i == 0 else
                                   (None if r[i] is None else str(r[i])) for r in rows],
                                  pa.string()) for i, n in enumerate(names)})
@@ -166,10 +166,10 @@ def jobs_table(ctx: Context) -> pa.Table:
     Analysts are refused: they release nothing, and the jobs name who released
     what and when.
     """
-    from dpsql.jobs import COLUMNS, jobs
+    from dpsql.jobs import COLUMNS
 
     ctx.require_admin("list release jobs (SHOW dpsql.jobs)")
-    rows = jobs(ctx.store).list()
+    rows = ctx.store.services.jobs.list()
     types = {"id": pa.int64(), "fraction": pa.float64(), "audit_id": pa.int64(),
              "worker_pid": pa.int64()}
     return pa.table({c: pa.array([r[c] if c in types else None if r[c] is None else str(r[c])

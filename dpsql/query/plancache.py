@@ -24,7 +24,6 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.query.model import QueryPlan
-from dpsql.store import Store
 
 #: Entries kept per open store (least recently used dropped first).
 CAPACITY = 512
@@ -57,7 +56,10 @@ class Entry:
 
 
 class PlanCache:
-    """The entries of one open store, keyed by (user, statement text, policy fingerprint)."""
+    """The entries of one open store, keyed by (user, statement text, policy fingerprint).
+
+    A store service (``store.services.plans``).
+    """
 
     def __init__(self) -> None:
         self._entries: OrderedDict[tuple[str, str, str], Entry] = OrderedDict()
@@ -86,7 +88,3 @@ class PlanCache:
             while len(self._entries) > CAPACITY:
                 self._entries.popitem(last=False)
 
-
-def plans_of(store: Store) -> PlanCache:
-    """The plan cache of an open store."""
-    return store.state(PlanCache)

@@ -36,6 +36,7 @@ from sqlglot import exp
 from dpsql.domain import Attribute, clamp_sql, quote, sql_literal
 from dpsql.engines.source import bounded_sql
 from dpsql.errors import ConfigurationError, QueryRejected
+from dpsql.imports import BOUNDABLE_TYPES
 from dpsql.mechanisms.additive import Noise
 from dpsql.noise import FixedPoint
 from dpsql.policy import Column
@@ -45,7 +46,6 @@ from dpsql.query.aggregates import bounds_of
 from dpsql.query.literals import total_numeric
 from dpsql.query.model import GroupKey, Join, Measure, QueryPlan
 from dpsql.query.quantile import Grid, MeasureNoise, histograms, quantile_noise
-from dpsql.store import BOUNDABLE_TYPES
 
 _INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT",
                   "UINTEGER", "INT", "INT1", "INT2", "INT4", "INT8")

@@ -17,7 +17,6 @@ import hashlib
 import hmac
 import secrets
 import stringprep
-import threading
 import time
 import unicodedata
 from collections import Counter, OrderedDict
@@ -28,8 +27,6 @@ from typing import TYPE_CHECKING
 from dpsql.errors import ConfigurationError
 
 if TYPE_CHECKING:  # the store (DuckDB) loads with the first command that needs it
-    import duckdb
-
     from dpsql.store import Store
 
 MECHANISM = "SCRAM-SHA-256"
@@ -217,54 +214,33 @@ def check_password(password: str) -> None:
 def set_password(store: Store, user: str, password: str, *,
                  iterations: int = DEFAULT_ITERATIONS) -> None:
     """Store a SCRAM verifier for ``user`` (who must be declared in the active policy)."""
-    from dpsql.store import now
+    from dpsql import credentials
+    from dpsql.policies import active_policy
 
-    if user not in store.active_policy().users:
+    if user not in active_policy(store).users:
         raise ConfigurationError(f"no user {user!r} in the store's policy; declare it under "
                                  "users: and run dpsql policy apply first")
     check_password(password)
     if iterations < DEFAULT_ITERATIONS:
         raise ConfigurationError(f"use at least {DEFAULT_ITERATIONS} iterations")
-    verifier = Verifier.make(password, iterations=iterations).encode()
-    try:
-        with store.transaction() as cur:
-            cur.execute("INSERT OR REPLACE INTO dpsql.credentials VALUES (?, ?, ?)",
-                        [user, verifier, now()])
-            _audit(store, user, "set", cur)
-    finally:
-        store.state(_Credentials).forget()
+    credentials.save(store, user, Verifier.make(password, iterations=iterations).encode())
 
 
 def remove_user(store: Store, user: str) -> bool:
     """Delete ``user``'s credential; returns whether there was one."""
-    try:
-        with store.transaction() as cur:
-            row = cur.execute("SELECT count(*) FROM dpsql.credentials WHERE user_name = ?",
-                              [user]).fetchone()
-            cur.execute("DELETE FROM dpsql.credentials WHERE user_name = ?", [user])
-            found = bool(row and row[0])
-            if found:
-                _audit(store, user, "removed", cur)
-    finally:
-        store.state(_Credentials).forget()
-    return found
+    from dpsql import credentials
 
-
-def _audit(store: Store, user: str, outcome: str, cur: duckdb.DuckDBPyConnection) -> None:
-    """Audit a change of ``user``'s credential in the caller's transaction."""
-    from dpsql.ledger import Ledger
-
-    Ledger(store, store.active_policy()).record(user, None, None, outcome,
-                                                action="credential", cursor=cur)
+    return credentials.remove(store, user)
 
 
 def list_users(store: Store) -> list[dict[str, object]]:
     """Users with a credential: name, role in the active policy (or None) and when set."""
-    policy = store.active_policy()
-    rows = store.cursor().execute("SELECT user_name, created_at FROM dpsql.credentials "
-                                  "ORDER BY user_name").fetchall()
-    return [{"user": r[0], "role": policy.users[r[0]].role if r[0] in policy.users else None,
-             "created_at": r[1]} for r in rows]
+    from dpsql import credentials
+    from dpsql.policies import active_policy
+
+    policy = active_policy(store)
+    return [{"user": c.user, "role": policy.users[c.user].role if c.user in policy.users
+             else None, "created_at": c.created_at} for c in credentials.listed(store)]
 
 
 def load_verifier(store: Store, user: str) -> Verifier | None:
@@ -273,44 +249,14 @@ def load_verifier(store: Store, user: str) -> Verifier | None:
     The credentials table and the policy are read for every name, so that a
     known user and an unknown one take the same path (and about the same time).
     """
-    row = store.cursor().execute("SELECT verifier FROM dpsql.credentials WHERE user_name = ?",
-                                 [user]).fetchone()
-    declared = user in store.active_policy().users
-    if row is None or not declared:
+    from dpsql import credentials
+    from dpsql.policies import active_policy
+
+    stored = credentials.verifier_of(store, user)
+    declared = user in active_policy(store).users
+    if stored is None or not declared:
         return None
-    return Verifier.parse(row[0])
-
-
-class _Credentials:
-    """The credentials table as the logins of this process read it: once per change.
-
-    Only :func:`set_password` and :func:`remove_user` write it (a served store's
-    commands run in the server's process), and they :meth:`forget` it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._rows: list[tuple[str, str]] | None = None
-        self._generation = 0  # a read that began before a change is not kept
-
-    def rows(self, store: Store) -> list[tuple[str, str]]:
-        """Every (user name, stored verifier)."""
-        with self._lock:
-            rows, generation = self._rows, self._generation
-        if rows is None:
-            found = store.cursor().execute("SELECT user_name, verifier FROM dpsql.credentials "
-                                           "ORDER BY user_name").fetchall()
-            rows = [(str(name), str(text)) for name, text in found]
-            with self._lock:
-                if self._generation == generation:
-                    self._rows = rows
-        return rows
-
-    def forget(self) -> None:
-        """The table changed (or may have): read it again next time."""
-        with self._lock:
-            self._rows = None
-            self._generation += 1
+    return Verifier.parse(stored)
 
 
 def _iterations(text: str) -> int | None:
@@ -331,13 +277,15 @@ def login_verifier(store: Store, user: str, secret: bytes) -> tuple[Verifier, bo
     credentials table walked (read from the store once per change), the policy,
     a mock verifier made and a verifier parsed.
     """
-    rows = store.state(_Credentials).rows(store)
+    from dpsql.policies import active_policy
+
+    rows = store.services.credentials.rows()
     counts: Counter[int] = Counter()
     stored: str | None = None
     for name, text in rows:
         counts[_iterations(text) or 0] += 1
         stored = text if name == user else stored
-    declared = user in store.active_policy().users
+    declared = user in active_policy(store).users
     counts.pop(0, None)
     iterations = min(counts, key=lambda i: (-counts[i], i)) if counts else DEFAULT_ITERATIONS
     mock = mock_verifier(user, secret, iterations)

@@ -33,8 +33,11 @@ import pyarrow as pa
 
 from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import OutOfMemory, QueryCanceled
+from dpsql.imports import table_columns, tables
+from dpsql.policies import active_policy
 from dpsql.policy import Dataset
-from dpsql.sandbox import Database, Sandboxes, Setup
+from dpsql.provenance import released_signature, releases
+from dpsql.sandbox import Database, Setup
 from dpsql.sandboxed import open_file
 from dpsql.server import pgcatalog, rewrite
 from dpsql.server.pgcatalog import Client, Relation
@@ -48,23 +51,20 @@ _KEYS = itertools.count(1)  # names catalogs and connections in the sandboxes
 
 def relations(store: Store) -> tuple[Relation, ...]:
     """The sanitized relations of the store under its active policy."""
-    policy = store.active_policy()
+    policy = active_policy(store)
     out = []
     for ds in policy.datasets.values():
-        types = store.table_columns(ds.table)
+        types = table_columns(store, ds.table)
         columns = tuple((c.name, types.get(c.name, "VARCHAR")) for c in ds.visible_columns)
         about = f"{ds.description}; " if ds.description else f"dataset {ds.name}: "
         out.append(Relation("public", ds.name, columns,
                             about + "aggregate queries only, answered with differential "
                             "privacy and charged to your budget",
                             _column_comments(ds, [name for name, _ in columns])))
-    provenance = {
-        name: (dataset, synthesizer, privacy, released_at)
-        for name, dataset, synthesizer, privacy, released_at in store.cursor().execute(
-            "SELECT name, dataset, synthesizer, privacy, released_at FROM dpsql.releases "
-            "WHERE superseded_by IS NULL ORDER BY released_at").fetchall()}
-    for table in _released_tables(store):
-        columns = tuple(store.table_columns(table, schema="released").items())
+    provenance = {r["name"]: (r["dataset"], r["synthesizer"], r["privacy"], r["released_at"])
+                  for r in releases(store)}
+    for table in tables(store, "released"):
+        columns = tuple(table_columns(store, table, schema="released").items())
         origin = provenance.get(table)
         parent = next((name for name in provenance if table.startswith(name + "_")), None)
         source = origin[0] if origin else provenance[parent][0] if parent else ""
@@ -87,18 +87,10 @@ def _column_comments(dataset: Dataset | None, names: list[str]) -> tuple[str | N
     return tuple(described.get(name) for name in names)
 
 
-def _released_tables(store: Store) -> list[str]:
-    rows = store.cursor().execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'released' "
-        "ORDER BY table_name").fetchall()
-    return [r[0] for r in rows]
-
-
 def _signature(store: Store) -> tuple[object, ...]:
     """Changes whenever what the catalog shows could change (policy version, releases)."""
-    released = store.cursor().execute(
-        "SELECT count(*), max(released_at) FROM dpsql.releases").fetchone()
-    return (store.policy_version(), tuple(_released_tables(store)), released)
+    return (store.services.policies.version(), tuple(tables(store, "released")),
+            released_signature(store))
 
 
 @dataclass
@@ -113,7 +105,7 @@ class CatalogSource:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.sandboxes = store.state(Sandboxes)
+        self.sandboxes = store.services.sandboxes
         self._lock = threading.Lock()
         self._built: _Built | None = None
         self._checked = 0.0

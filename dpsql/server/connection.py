@@ -419,7 +419,7 @@ class Connection:
         if not server.log_in(self, user):
             await self._fatal("53300", "sorry, too many clients already")
             return False
-        policy = await self._run(server.store.active_policy)
+        policy = await self._run(server.store.services.policies.active)
         principal = policy.users.get(user)
         if principal is None:
             await self._fatal("28000", f'role "{user}" is not permitted to log in')

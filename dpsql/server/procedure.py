@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from dpsql.errors import AccessDenied, ConfigurationError, DPSQLError
+from dpsql.ledger import Outcome
 from dpsql.server.admin import NOT_FORWARDED, Interruptible, run_for
 from dpsql.server.router import StatementHandler
 from dpsql.server.sqltext import strip_comments
@@ -89,7 +90,7 @@ def call(session: Session, command: str, statement: str | None = None) -> CallAn
     statement = statement or f"CALL dpsql('{command}')"
     ledger = session.ledger
     if not session.is_admin:
-        ledger.record(session.user, None, statement, "refused", "not an administrator",
+        ledger.record(session.user, None, statement, Outcome.REFUSED, "not an administrator",
                       action="admin_call")
         raise AccessDenied(f"{session.user} is an analyst; CALL dpsql(...) runs administrator "
                            "commands; ask an administrator")
@@ -101,7 +102,7 @@ def call(session: Session, command: str, statement: str | None = None) -> CallAn
     with session.interrupts.running(collector):
         code = run_for(collector, args, caller)
     out, err = "".join(collector.out), "".join(collector.err)
-    ledger.record(session.user, None, statement, "done" if code == 0 else "failed",
+    ledger.record(session.user, None, statement, Outcome.DONE if code == 0 else Outcome.FAILED,
                   None if code == 0 else (err.strip().splitlines() or ["failed"])[-1],
                   action="admin_call")
     if code != 0:

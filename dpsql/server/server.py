@@ -26,14 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
-from dpsql.jobs import jobs
-from dpsql.sandbox import Sandboxes
 from dpsql.server import procedure
 from dpsql.server.admin import AdminChannel
 from dpsql.server.auth import GuessGate, LoginBackoff, LoginSlots, login_secret
 from dpsql.server.catalog import CatalogSource
 from dpsql.server.connection import Connection
 from dpsql.server.router import StatementHandler
+from dpsql.services import open_store
 from dpsql.session import Session, connect
 from dpsql.store import Store
 
@@ -99,9 +98,9 @@ class Server:
         self.executor = ThreadPoolExecutor(max_workers=config.workers,
                                            thread_name_prefix="dpsql-serve")
         self.tls_context = _tls_context(config)
-        self.store: Store = Store.open(config.db)
+        self.store: Store = open_store(config.db)
         self.secret = login_secret(self.store)  # the same at every start (mock salts)
-        sandboxes = self.store.state(Sandboxes)  # free and catalog queries run there
+        sandboxes = self.store.services.sandboxes  # free and catalog queries run there
         if config.free_query_memory is not None:
             try:
                 sandboxes.configure(config.free_query_memory)
@@ -248,7 +247,7 @@ class Server:
             self._server.close()
         # A release may fit for many minutes: stop it (nothing written, the charge stays).
         await asyncio.get_running_loop().run_in_executor(
-            None, jobs(self.store).cancel_all, "server shutdown")
+            None, self.store.services.jobs.cancel_all, "server shutdown")
         for connection in list(self._connections.values()):
             await connection.terminate("terminating connection due to administrator command")
         if self._tasks:

@@ -19,7 +19,7 @@ import pytest
 import dpsql
 from dpsql.console import app
 from dpsql.errors import ConfigurationError
-from dpsql.store import Store
+from dpsql.services import open_store
 
 from ..server.conftest import PASSWORDS, ServerProcess, make_store
 from .conftest import console_url
@@ -203,7 +203,7 @@ def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(app, "MAX_WAITING", 8)
     monkeypatch.setattr(app, "MAX_WAITING_PER_ADDRESS", 4)
     path = make_store(tmp_path / "adult.duckdb")
-    with Store.open(path) as store:
+    with open_store(path) as store:
         console = app.Console(store, b"s" * 32, lambda user: dpsql.connect(path, user))
         console.start()
         try:

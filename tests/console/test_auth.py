@@ -12,7 +12,7 @@ from dpsql.console.app import FAILED_LOGIN, Console, _action, run_command
 from dpsql.console.auth import Logins, cookie, password_ok, same_token, set_cookie
 from dpsql.errors import AccessDenied
 from dpsql.server.auth import LoginBackoff
-from dpsql.store import Store
+from dpsql.services import open_store
 
 from ..server.conftest import PASSWORDS, make_store
 
@@ -70,7 +70,7 @@ def test_the_session_cookie_is_httponly_strict_and_below_the_prefix() -> None:
 
 
 def test_the_sql_password_is_checked(store_path: Path) -> None:
-    with Store.open(store_path) as store:
+    with open_store(store_path) as store:
         assert password_ok(store, b"s" * 32, "admin", PASSWORDS["admin"])
         assert not password_ok(store, b"s" * 32, "admin", PASSWORDS["alice"])
         assert not password_ok(store, b"s" * 32, "nobody", PASSWORDS["admin"])
@@ -98,7 +98,7 @@ def test_an_analyst_cannot_run_a_command(store_path: Path) -> None:
 def test_every_failed_console_login_says_the_same(store_path: Path) -> None:
     # Issue 40: an analyst's right password got its own answer, so the console told
     # anyone whether they had guessed it.
-    with Store.open(store_path) as store:
+    with open_store(store_path) as store:
         console = Console(store, b"s" * 32, lambda user: dpsql.connect(store_path, user))
         console.failed_login_delay = 0.0
         console.backoff = LoginBackoff(clock=Clock())  # time stands still

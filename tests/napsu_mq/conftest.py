@@ -15,6 +15,7 @@ import dpsql
 from dpsql import _exact
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation
+from dpsql.policies import active_policy
 from dpsql.store import Store
 from tests.conftest import ADULT_SAMPLE
 
@@ -55,7 +56,7 @@ def build(tmp_path: Path, accounting: str = "zcdp") -> Store:
 def adult(tmp_path: Path) -> Iterator[Source]:
     """The bounded Adult sample (5,000 rows, 5 binned columns) under a zCDP policy."""
     store = build(tmp_path)
-    dataset = store.active_policy().datasets["adult"]
+    dataset = active_policy(store).datasets["adult"]
     yield Source(store, bounded_relation(store, dataset), Domain.from_dataset(dataset))
     store.close()
 

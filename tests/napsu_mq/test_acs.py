@@ -10,6 +10,7 @@ import pytest
 import dpsql
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation
+from dpsql.policies import active_policy
 from dpsql.policy import Policy
 from dpsql.privacy import budget_cost
 from dpsql.synth import get
@@ -62,7 +63,7 @@ def test_laplace_fits_acs10_within_its_estimate(tmp_path: Path) -> None:
     policy = tmp_path / "acs.yaml"
     policy.write_text(text)
     store, _ = dpsql.init(tmp_path / "acs.duckdb", policy, {"acs": shared_acs()}, na="N")
-    dataset = store.active_policy().datasets["acs"]
+    dataset = active_policy(store).datasets["acs"]
     domain = Domain.from_dataset(dataset, ACS10)
     synth = get("napsu_mq", inference="laplace")
     fitted = synth.fit(bounded_relation(store, dataset), domain,

@@ -17,6 +17,7 @@ import dpsql
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation
 from dpsql.errors import ConfigurationError
+from dpsql.policies import active_policy
 from dpsql.privacy import PrivacyCost
 from dpsql.synth import FittedSynthesizer, Resumable, Synthesizer, get, spanning
 from dpsql.synth.measure import count_marginals
@@ -63,7 +64,7 @@ def test_bad_options_are_refused(option: str, value: str) -> None:
 
 def test_pure_policy_is_refused(tmp_path: Path) -> None:
     store = build(tmp_path, "pure")
-    dataset = store.active_policy().datasets["adult"]
+    dataset = active_policy(store).datasets["adult"]
     with pytest.raises(ConfigurationError, match="zcdp"):
         get("napsu_mq", **FAST).fit(bounded_relation(store, dataset),
                                     Domain.from_dataset(dataset), PrivacyCost.pure(1),

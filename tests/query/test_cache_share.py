@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import dpsql
-from dpsql.ledger import cache_share, settled
+from dpsql.answers import cache_share
+from dpsql.ledger import settled
 
 from ..conftest import policy_text
 

@@ -22,6 +22,7 @@ import dpsql
 from dpsql import noise
 from dpsql.engines.local import _DuckDBPrepared
 from dpsql.engines.source import bounded_sql
+from dpsql.imports import table_columns
 from dpsql.mechanisms.additive import Noise
 from dpsql.privacy import PrivacyCost
 from dpsql.query.dialect import DIALECT
@@ -207,7 +208,7 @@ def _neighbours(build: Callable[..., Path], tmp_path: Path, epsilon: str
         path = _store(build, tmp_path, rows, f"{name}_{epsilon}")
         with dpsql.connect(path, "alice") as alice:
             exact.append(alice.sql(sql).table.column(0)[0].as_py())
-            types = alice.store.table_columns("t")
+            types = table_columns(alice.store, "t")
             policy = alice.policy
     plan = plan_query(DIALECT.parse(sql)[0], sql, policy, lambda _: types)
     (noise_,) = calibrate(plan, PrivacyCost.pure(Fraction(epsilon)), "pure",

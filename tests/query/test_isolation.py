@@ -16,9 +16,8 @@ import pytest
 import dpsql
 from dpsql.errors import QueryRejected
 from dpsql.query import answer
-from dpsql.query.free import FreeDatabase
+from dpsql.services import open_store
 from dpsql.session import Session
-from dpsql.store import Store
 from tests.query.conftest import charges
 
 CANARY = "CANARY-5e1f0c77"
@@ -27,7 +26,7 @@ CANARY = "CANARY-5e1f0c77"
 @pytest.fixture
 def released(store_path: Path) -> Iterator[Session]:
     """Alice on a store with a canary in a sensitive table and one released table."""
-    with Store.open(store_path) as store, store.transaction() as cur:
+    with open_store(store_path) as store, store.transaction() as cur:
         cur.execute(f"CREATE TABLE main.canary AS SELECT '{CANARY}' AS secret, 4242.125 AS x")
         cur.execute("CREATE TABLE released.codes AS SELECT * FROM (VALUES (0, 'female'), "
                     "(1, 'male')) t(sex, label)")
@@ -38,7 +37,7 @@ def released(store_path: Path) -> Iterator[Session]:
 def free_rows(session: Session, sql: str) -> list[tuple[object, ...]]:
     """``sql`` run as written on the free database, in its sandbox (no validation at all)."""
     store = session.store
-    with store.state(FreeDatabase).using(store) as copy:
+    with store.services.free.using(store) as copy:
         table = copy.run(sql, user="alice")
     return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
 
@@ -116,7 +115,7 @@ def test_free_queries_still_work_on_released_data(released: Session) -> None:
 def test_closing_the_store_removes_the_copy(store_path: Path) -> None:
     session = dpsql.connect(store_path, "alice")
     session.sql("SELECT 1 AS one")
-    folder = session.store.state(FreeDatabase)._folder
+    folder = session.store.services.free._folder
     assert any(folder.iterdir())
     session.close()
     assert not folder.exists()

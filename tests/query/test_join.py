@@ -19,8 +19,8 @@ from dpsql.engines.source import bounded_sql
 from dpsql.policy import Policy
 from dpsql.query.dialect import DIALECT
 from dpsql.query.planner import plan_query
+from dpsql.services import open_store
 from dpsql.session import Session
-from dpsql.store import Store
 from tests.conftest import ADULT_POLICY, ADULT_SAMPLE
 from tests.query.conftest import (
     INFINITE,
@@ -163,7 +163,7 @@ def test_a_key_duplicated_after_the_policy_check_matches_no_row(build: Callable[
     """Second layer: should the store's copy gain a duplicate key, rows never fan out."""
     text = with_public_table(with_budgets(ADULT_POLICY, budget=INFINITE, default=INFINITE))
     path = build(text)
-    with Store.open(path) as store, store.transaction() as cur:
+    with open_store(path) as store, store.transaction() as cur:
         cur.execute("INSERT INTO public_tables.edu VALUES (0, 'low', 5)")
     with dpsql.connect(path, "alice") as session:
         left = session.sql(f"SELECT COUNT(*) FROM {LEFT}").table.column(0)[0].as_py()

@@ -32,8 +32,10 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 import dpsql
+import dpsql.policies
 from dpsql.engines.base import EngineError
 from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
+from dpsql.imports import table_columns
 from dpsql.query import evaluate
 from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
 from dpsql.query.literals import Folder
@@ -41,8 +43,8 @@ from dpsql.query.planner import plan_query
 from dpsql.query.predicates import RowChecker, _ends_with_escape
 from dpsql.query.render import Context, to_sql
 from dpsql.query.statement import QueryStatement, classify
+from dpsql.services import open_store
 from dpsql.session import Session
-from dpsql.store import Store
 from tests.query.conftest import charges, table_policy
 
 # -- adversarial tables ---------------------------------------------------------------
@@ -86,13 +88,13 @@ def make_store(directory: Path, rows: tuple[str, ...], policy: str = POLICY,
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "p.yaml").write_text(policy)
     path = directory / "t.duckdb"
-    with Store.open(path, create=True) as store, store.transaction() as cur:
+    with open_store(path, create=True) as store, store.transaction() as cur:
         cur.execute("CREATE TABLE main.t ("
                     + ", ".join(f"{c} {t}" for c, (t, _) in columns.items()) + ")")
         for row in rows:
             cur.execute(f"INSERT INTO main.t VALUES {row}")
-    with Store.open(path) as store:
-        dpsql.ledger.apply_policy(store, dpsql.policy.Policy.load(directory / "p.yaml"), "admin")
+    with open_store(path) as store:
+        dpsql.policies.apply_policy(store, dpsql.policy.Policy.load(directory / "p.yaml"), "admin")
     return path
 
 
@@ -407,7 +409,7 @@ def allowed_query(draw: st.DrawFn) -> str:
 
 def generated_sql_runs(sessions: list[Session], sql: str, exact: bool) -> None:
     """Plan ``sql`` once and run its generated SQL on each store's engine (no ledger: fast)."""
-    types = sessions[0].store.table_columns("t")
+    types = table_columns(sessions[0].store, "t")
     try:
         statement = classify(sql)
         assert isinstance(statement, QueryStatement)

@@ -12,6 +12,7 @@ import pytest
 import sqlglot
 
 import dpsql
+from dpsql.imports import table_columns
 from dpsql.query.dialect import DIALECT
 from dpsql.query.evaluate import arrow_pattern
 from dpsql.query.model import canonical_sql
@@ -72,7 +73,7 @@ def session(tmp_path: Path) -> Iterator[Session]:
 
 
 def _plan(session: Session, sql: str) -> tuple[object, Context]:
-    types = session.store.table_columns("t")
+    types = table_columns(session.store, "t")
     plan = plan_query(DIALECT.parse(sql)[0], sql, session.policy, lambda _: types)
     return plan, Context(session.store.secret, types, exact=True)
 

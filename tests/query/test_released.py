@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 
 import dpsql
+from dpsql.services import open_store
 from dpsql.session import Session
-from dpsql.store import Store
 from tests.query.conftest import charges
 
 
 @pytest.fixture
 def released(store_path: Path) -> Iterator[Session]:
     """Alice on a store with two tables in schema released (made directly, as issue 4 would)."""
-    with Store.open(store_path) as store, store.transaction() as cur:
+    with open_store(store_path) as store, store.transaction() as cur:
         cur.execute("CREATE TABLE released.adult_syn AS SELECT age, sex, race, income_50k "
                     "FROM main.adult LIMIT 200")
         cur.execute("CREATE TABLE released.codes AS SELECT * FROM (VALUES (0, 'female'), "

@@ -28,6 +28,8 @@ import pyarrow as pa
 import pytest
 
 import dpsql
+import dpsql.policies
+from dpsql.services import open_store
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
 from tests.query.conftest import plain, with_budgets
@@ -170,18 +172,17 @@ def test_wide_and_float_columns_are_exact_without_noise(tmp_path: Path) -> None:
     """A column whose range squared passes BIGINT is squared in DOUBLE on a coarse grid
     (2**50 per unit here): its totals must not overflow (they did in int64). Values
     outside the bounds are clamped, as the reference does by hand."""
-    from dpsql.store import Store
     from tests.query.conftest import table_policy
 
     policy = tmp_path / "p.yaml"
     policy.write_text(table_policy("      x: {type: integer, bounds: [-1099511627776, "
                                    "1099511627775]}\n      y: {type: float, bounds: [-3.5, 10]}"))
     path = tmp_path / "wide.duckdb"
-    with Store.open(path, create=True) as store, store.transaction() as cur:
+    with open_store(path, create=True) as store, store.transaction() as cur:
         cur.execute("CREATE TABLE main.t AS SELECT (i * 7919 * 1000003) % 2000000000000 "
                     "- 1000000000000 AS x, (i % 97) / 7.0 - 3 AS y FROM range(10000) r(i)")
-    with Store.open(path) as store:
-        dpsql.ledger.apply_policy(store, dpsql.policy.Policy.load(policy), "admin")
+    with open_store(path) as store:
+        dpsql.policies.apply_policy(store, dpsql.policy.Policy.load(policy), "admin")
     with dpsql.connect(path, "admin") as session:
         got = session.sql("SELECT VAR_POP(x), STDDEV_SAMP(y), VAR_SAMP(y) FROM t").table
         (expected,) = session.store.cursor().execute(

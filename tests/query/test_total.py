@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql.store import Store
+import dpsql.policies
+from dpsql.services import open_store
 
 from .conftest import table_policy
 
@@ -54,7 +55,7 @@ def _store(tmp_path: Path, extreme: bool) -> Path:
     csv = tmp_path / "seed.csv"
     csv.write_text("name\na\n")
     path = tmp_path / ("extreme.duckdb" if extreme else "plain.duckdb")
-    with Store.open(path, create=True) as store, store.transaction() as cur:
+    with open_store(path, create=True) as store, store.transaction() as cur:
         columns = ", ".join(f"{c} {t}" for c, (t, _) in TYPES.items())
         cur.execute(f"CREATE TABLE main.t (name VARCHAR, {columns})")
         ones = ", ".join(f"CAST(1 AS {t})" for t, _ in TYPES.values())
@@ -62,8 +63,8 @@ def _store(tmp_path: Path, extreme: bool) -> Path:
         if extreme:
             values = ", ".join(f"CAST({v} AS {t})" for t, v in TYPES.values())
             cur.execute(f"INSERT INTO main.t VALUES ('rich', {values})")
-    with Store.open(path) as store:
-        dpsql.ledger.apply_policy(store, dpsql.policy.Policy.load(policy), "admin")
+    with open_store(path) as store:
+        dpsql.policies.apply_policy(store, dpsql.policy.Policy.load(policy), "admin")
     return path
 
 
@@ -88,12 +89,12 @@ def test_enum_keys_group_like_text(tmp_path):
     policy = tmp_path / "p.yaml"
     policy.write_text(table_policy("      mood: {type: categorical, values: [sad, ok, happy]}"))
     path = tmp_path / "enum.duckdb"
-    with Store.open(path, create=True) as store, store.transaction() as cur:
+    with open_store(path, create=True) as store, store.transaction() as cur:
         cur.execute("CREATE TYPE mood_t AS ENUM ('sad', 'ok', 'happy')")
         cur.execute("CREATE TABLE main.t (mood mood_t)")
         cur.execute("INSERT INTO main.t VALUES ('ok'), ('ok'), ('happy')")
-    with Store.open(path) as store:
-        dpsql.ledger.apply_policy(store, dpsql.policy.Policy.load(policy), "admin")
+    with open_store(path) as store:
+        dpsql.policies.apply_policy(store, dpsql.policy.Policy.load(policy), "admin")
     with dpsql.connect(path, "admin") as session:
         rows = session.sql("SELECT mood, COUNT(*) FROM t GROUP BY mood ORDER BY mood").table
     assert dict(zip(rows.column("mood").to_pylist(), rows.column(1).to_pylist(),

@@ -16,6 +16,7 @@ from dpsql.errors import (
     InternalError,
     ReleaseError,
 )
+from dpsql.imports import table_columns
 from dpsql.jobs import Jobs
 from dpsql.provenance import export, read_parquet_record
 
@@ -135,7 +136,7 @@ def test_replace_keeps_the_old_provenance_superseded(admin_session):
     rows = provenance.releases(admin_session.store, include_superseded=True)
     assert [(r["release_id"], r["superseded_by"]) for r in rows] == [
         (first.release_id, second.release_id), (second.release_id, None)]
-    assert admin_session.store.table_columns("t", "released") == {"race": "BIGINT"}
+    assert table_columns(admin_session.store, "t", "released") == {"race": "BIGINT"}
 
 
 def test_a_product_never_takes_another_releases_table(admin_session):
@@ -149,7 +150,7 @@ def test_a_product_never_takes_another_releases_table(admin_session):
                                   columns=["race"], name="x", replace=replace)
     assert spent(admin_session) == before  # refused before the charge
     assert released_tables(admin_session) == ["x_aggregates"]
-    assert admin_session.store.table_columns("x_aggregates", "released") == {"sex": "BIGINT"}
+    assert table_columns(admin_session.store, "x_aggregates", "released") == {"sex": "BIGINT"}
     assert provenance.current(admin_session.store, "x_aggregates")["release_id"] == \
         kept.release_id
 

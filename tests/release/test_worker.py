@@ -155,18 +155,19 @@ import dpsql
 from dpsql import jobs
 from dpsql.release import ReleaseRequest
 
-record = jobs._update
+record = jobs._move
 
 
-def stalled(target, job_id, **values):
-    # The job row's write of its folder waits behind other writers: here, for ever.
+def stalled(store, job_id, old, new, **values):
+    # The job row's write of its folder (as it starts running) waits behind other
+    # writers: here, for ever.
     if "folder" in values:
         print(values["folder"], flush=True)
         time.sleep(600)
-    record(target, job_id, **values)
+    record(store, job_id, old, new, **values)
 
 
-jobs._update = stalled
+jobs._move = stalled
 session = dpsql.connect(sys.argv[1], "admin")
 session.submit(ReleaseRequest("adult", "independent", "cut", epsilon=1, columns=["sex"], rows=5))
 time.sleep(600)

@@ -9,6 +9,7 @@ import pytest
 
 from dpsql.errors import ConfigurationError
 from dpsql.server import auth
+from dpsql.services import open_store
 from dpsql.store import Store
 
 from .conftest import make_store
@@ -232,13 +233,13 @@ def test_login_verifier_does_the_same_work_for_every_name(tmp_path, monkeypatch)
         return real_parse(text)
 
     monkeypatch.setattr(auth.Verifier, "parse", classmethod(parse))
-    with Store.open(db) as store:
+    with open_store(db) as store:
         auth.remove_user(store, "erin")  # in the policy, without a password
         secret = auth.login_secret(store)
 
         def trace(lookup, *args, cold=False):
             if cold:  # the credentials are read from the store once per change
-                store.state(auth._Credentials).forget()
+                store.services.credentials.forget()
             calls: list[object] = []
             parsed.clear()
             lookup(Recording(store, calls), *args)
@@ -260,10 +261,11 @@ def test_login_verifier_does_the_same_work_for_every_name(tmp_path, monkeypatch)
 
 
 class Recording:
-    """A store that records what is asked of it."""
+    """A store that records what is asked of it, and of its services."""
 
     def __init__(self, store: Store, calls: list[object]) -> None:
         self.store, self.calls = store, calls
+        self.services = RecordingServices(store, calls)
 
     def cursor(self) -> Recording:
         self.calls.append("cursor")
@@ -282,31 +284,45 @@ class Recording:
         self.calls.append("fetchall")
         return self.result.fetchall()
 
-    def active_policy(self) -> object:
-        self.calls.append("active_policy")
-        return self.store.active_policy()
 
-    def state(self, kind: type) -> object:
-        self.calls.append(("state", kind))
-        return self.store.state(kind)
+
+class RecordingServices:
+    """A store's services that record each method called (``credentials.rows``, ...)."""
+
+    def __init__(self, store: Store, calls: list[object]) -> None:
+        self.store, self.calls = store, calls
+
+    def __getattr__(self, service: str) -> object:
+        real = getattr(self.store.services, service)
+        calls = self.calls
+
+        class Recorded:
+            def __getattr__(self, name: str) -> object:
+                method = getattr(real, name)
+
+                def call(*args: object) -> object:
+                    calls.append(f"{service}.{name}")
+                    return method(*args)
+                return call
+        return Recorded()
 
 
 def test_mock_verifiers_are_keyed_by_the_store_and_look_like_its_users(tmp_path):
     # Red team F6: mock salts came from a key drawn at each start, so a made-up name's salt
     # changed across a restart while a real user's stayed.
     db = make_store(tmp_path / "s.duckdb")
-    with Store.open(db) as store:
+    with open_store(db) as store:
         secret = auth.login_secret(store)
         assert secret != store.secret.encode()  # derived, not the sampling seed itself
         ghost = auth.login_verifier(store, "ghost", secret)[0]
         for user in ("alice", "carol", "dave", "erin"):
             auth.set_password(store, user, f"{user}-longer-pass", iterations=8192)
         moved = auth.login_verifier(store, "ghost", secret)[0]
-    with Store.open(db) as store:
+    with open_store(db) as store:
         assert auth.login_secret(store) == secret
     (tmp_path / "other").mkdir()
     other = make_store(tmp_path / "other" / "s.duckdb")
-    with Store.open(other) as store:
+    with open_store(other) as store:
         assert auth.login_secret(store) != secret
     assert (ghost.iterations, moved.iterations) == (4096, 8192)  # as most users' verifiers
     assert ghost.salt == moved.salt
@@ -314,7 +330,7 @@ def test_mock_verifiers_are_keyed_by_the_store_and_look_like_its_users(tmp_path)
 
 def test_credentials_in_the_store(tmp_path):
     db = make_store(tmp_path / "s.duckdb")
-    with Store.open(db) as store:
+    with open_store(db) as store:
         assert auth.load_verifier(store, "alice").check("alice-secret-1")
         assert auth.load_verifier(store, "nobody") is None
         with pytest.raises(ConfigurationError, match="no user 'nobody'"):
@@ -344,7 +360,7 @@ def test_user_commands(tmp_path):
     listed = _cli("user", "list", "--db", db, "--json")
     assert "erin" in listed.stdout
     assert "secret" not in listed.stdout
-    with Store.open(db) as store:
+    with open_store(db) as store:
         assert auth.load_verifier(store, "erin").check("erin-pass-123")
     unknown = _cli("user", "add", "mallory", "--password-stdin", "--db", db, stdin="whatever123\n")
     assert unknown.returncode == 8
@@ -353,7 +369,7 @@ def test_user_commands(tmp_path):
                     "second-pass\nsecond-pass\n")
     assert prompted.returncode == 0, prompted.stderr
     assert "do not match" in prompted.stderr + prompted.stdout
-    with Store.open(db) as store:
+    with open_store(db) as store:
         assert auth.load_verifier(store, "erin").check("second-pass")
     removed = _cli("user", "remove", "erin", "--db", db)
     assert removed.returncode == 0

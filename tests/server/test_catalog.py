@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from dpsql.server.catalog import CatalogSource, relations
-from dpsql.store import Store
+from dpsql.services import open_store
 
 from .client_queries import DBEAVER, JDBC
 from .conftest import PASSWORDS
@@ -20,7 +20,7 @@ VISIBLE = ["age", "sex", "race", "education_num", "income_50k"]
 
 
 def test_relations_show_visible_columns_and_releases_only(server_store: Path):
-    with Store.open(server_store) as store:
+    with open_store(server_store) as store:
         shown = {(r.schema, r.name): r for r in relations(store)}
     assert set(shown) == {("public", "adult"), ("released", "adult_syn")}
     assert [c for c, _ in shown["public", "adult"].columns] == VISIBLE
@@ -30,7 +30,7 @@ def test_relations_show_visible_columns_and_releases_only(server_store: Path):
 
 
 def test_the_catalog_database_holds_no_private_value(server_store: Path):
-    with Store.open(server_store) as store:
+    with open_store(server_store) as store:
         source = CatalogSource(store)
 
         def rows(sql: str) -> list[tuple[object, ...]]:

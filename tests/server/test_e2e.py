@@ -15,8 +15,9 @@ import psycopg
 import pytest
 
 from dpsql.ledger import Ledger
+from dpsql.policies import active_policy
 from dpsql.privacy import PrivacyCost
-from dpsql.store import Store
+from dpsql.services import open_store
 
 from .client_queries import DBEAVER, JDBC
 from .conftest import (
@@ -181,8 +182,8 @@ def test_concurrent_clients_spend_exactly_the_budget(tmp_path: Path):
     assert other == []
     assert len(answered) == 10
     assert len(refused) == CLIENTS - 10
-    with Store.open(store_path) as store:
-        standing = Ledger(store, store.active_policy()).budget("carol", "adult")
+    with open_store(store_path) as store:
+        standing = Ledger(store, active_policy(store)).budget("carol", "adult")
     assert standing.spent == PrivacyCost.pure("1.0")
 
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from dpsql.server import auth
-from dpsql.store import Store
+from dpsql.services import open_store
 
 from ..conftest import ENDLESS_FREE, SLOW_DP, slow_store
 from . import rawclient as raw
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.timeout(240)
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A server with two worker threads over the slow store."""
     path = slow_store(tmp_path_factory.mktemp("slow") / "slow.duckdb")
-    with Store.open(path) as store:
+    with open_store(path) as store:
         for user in ("alice", "bob", "carol"):
             auth.set_password(store, user, PASSWORD)
     with start_server(serve_args(Path(path), "--workers", "2")) as running:

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from dpsql.errors import AddressInUse
-from dpsql.store import Store
+from dpsql.services import open_store
 
 from . import rawclient as raw
 from .conftest import PASSWORDS, _env, fake_args, make_store, serve_args, start_server
@@ -122,7 +122,7 @@ def test_sigterm_shuts_down_cleanly(tmp_path):
             conn.execute("SELECT 1")
         conn.close()
     # The store is released: it opens for writing again.
-    with Store.open(store) as reopened:
+    with open_store(store) as reopened:
         assert reopened.tables() == ["adult"]
 
 

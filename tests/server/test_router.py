@@ -13,6 +13,7 @@ from dpsql.errors import BudgetExceeded, QueryRejected
 from dpsql.server.catalog import CatalogSource, ConnectionCatalog
 from dpsql.server.pgcatalog import Client
 from dpsql.server.router import Router, StatementError
+from dpsql.services import open_store
 from dpsql.store import Store
 
 
@@ -41,7 +42,7 @@ class FakeHandler:
 
 @pytest.fixture(scope="module")
 def store(server_store: Path) -> Iterator[Store]:
-    with Store.open(server_store) as opened:
+    with open_store(server_store) as opened:
         yield opened
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import dpsql
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation
+from dpsql.policies import active_policy
 from dpsql.store import Store
 from dpsql.synth.sds import _encoded
 from dpsql.synth.sds.aggregates import Level
@@ -28,7 +29,7 @@ def open_adult(tmp: Path, policy: Path = ADULT_POLICY, csv: Path = ADULT_SAMPLE)
 
 def source_and_domain(store: Store, columns: Sequence[str] | None = COLUMNS):
     """The bounded source relation and the domain of ``columns``."""
-    dataset = store.active_policy().dataset("adult")
+    dataset = active_policy(store).dataset("adult")
     domain = Domain.from_dataset(dataset, columns)
     return bounded_relation(store, dataset), domain
 

@@ -15,6 +15,7 @@ from dpsql.analysis.fidelity import fetch_codes, score
 from dpsql.domain import Domain
 from dpsql.engines.source import bounded_relation, bounded_sql
 from dpsql.errors import ConfigurationError, ReleaseError
+from dpsql.policies import active_policy
 from dpsql.privacy import PrivacyCost
 from dpsql.synth import pgm
 from dpsql.synth.aim import AIM, MST
@@ -123,7 +124,7 @@ def test_the_measured_noise_has_the_accounted_scale(tmp_path: Path, name) -> Non
     values = ", ".join(map(str, range(12000)))
     (tmp_path / "t.yaml").write_text(WIDE_POLICY.replace("VALUES", values))
     store, _ = dpsql.init(tmp_path / "t.duckdb", tmp_path / "t.yaml", {"t": data})
-    dataset = store.active_policy().datasets["t"]
+    dataset = active_policy(store).datasets["t"]
     domain = Domain.from_dataset(dataset)
     source = bounded_relation(store, dataset)
     rho = PrivacyCost.zcdp(0.5)
@@ -153,7 +154,7 @@ def test_aim_beats_independent_on_the_adult_sample(tmp_path: Path) -> None:
     # a ratio under 2 has probability 7e-7 (z = 4.8), or 2e-4 with the sd at the upper
     # end of its 99% confidence interval (0.170). (mst scored about 0.03 in an earlier run.)
     store = build_binned_adult(tmp_path)
-    dataset = store.active_policy().datasets["adult"]
+    dataset = active_policy(store).datasets["adult"]
     domain = Domain.from_dataset(dataset)
     source = bounded_relation(store, dataset)
     true = fetch_codes(store.cursor(), domain.encode_sql(bounded_sql(dataset, store.secret)),
@@ -177,7 +178,7 @@ def test_repeated_measurements_of_a_clique_fit_as_their_precision_weighted_mean(
     # fit must follow mbi's own fit of the raw list to float precision. Pooling with the
     # wrong weights (a plain mean) moves the fitted marginal by several counts.
     store = build_binned_adult(tmp_path)
-    domain = Domain.from_dataset(store.active_policy().datasets["adult"])
+    domain = Domain.from_dataset(active_policy(store).datasets["adult"])
     store.close()
     a, b = domain.names[:2]
     rng = np.random.default_rng(0)
@@ -206,7 +207,7 @@ def test_the_fit_skips_only_marginal_passes_so_warm_refits_follow_mbi(tmp_path: 
     # with a new clique, follows mbi's own MirrorDescent from the same start. A start
     # from scratch instead of the warm model moves the marginal by far more than atol.
     store = build_binned_adult(tmp_path)
-    domain = Domain.from_dataset(store.active_policy().datasets["adult"])
+    domain = Domain.from_dataset(active_policy(store).datasets["adult"])
     store.close()
     a, b, c = domain.names[:3]
     rng = np.random.default_rng(1)
@@ -241,7 +242,7 @@ def test_per_round_picks_distinct_marginals_before_each_refit(tmp_path: Path,
     # 1-ways, once a round (two more measurements each time) and once for the final fit,
     # and the fit must still spend the whole budget (less the samplers' rounding).
     store = build_binned_adult(tmp_path)
-    dataset = store.active_policy().datasets["adult"]
+    dataset = active_policy(store).datasets["adult"]
     domain = Domain.from_dataset(dataset)
     measurements: list[int] = []
     estimate = pgm.estimate
