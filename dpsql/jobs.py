@@ -75,7 +75,8 @@ MOVES: dict[JobState, frozenset[JobState]] = {
     **{end: frozenset() for end in _ENDS},
 }
 #: The state a job ends in, by the outcome its request settles with.
-ENDED_BY = {Outcome.RELEASED: JobState.SUCCEEDED, Outcome.CANCELLED: JobState.CANCELLED,
+ENDED_BY = {Outcome.RELEASED: JobState.SUCCEEDED, Outcome.HELD: JobState.SUCCEEDED,
+            Outcome.CANCELLED: JobState.CANCELLED,
             Outcome.FAILED: JobState.FAILED}
 LIVE = tuple(state.value for state in JobState if state.live)
 
@@ -311,6 +312,8 @@ class Jobs:
                     self._check_cancelled(job)
                     job.writing = True
                 job.result = charged.write(ctx, folder, self._reporter(job))
+                if job.result.held:
+                    outcome, reason = Outcome.HELD, job.result.held
         except _Cancelled:
             outcome = Outcome.CANCELLED
             reason = f"cancelled by {job.cancelled_by}{charged.kept}"

@@ -74,6 +74,8 @@ class Outcome(str, Enum):
     CANCELLED = "cancelled"  # cancelled after its charge or start: the charge stays
     INTERRUPTED = "interrupted"  # the process running it ended: the charge stays
     RELEASED = "released"  # a release written
+    HELD = "held"  # a release written unpublished: its fit failed its diagnostics
+    PUBLISHED = "published"  # a held release published by an administrator
     EVALUATED = "evaluated"  # a release's fidelity evaluated
     GRANTED = "granted"  # budget granted
     APPLIED = "applied"  # a policy version applied
@@ -94,9 +96,9 @@ class Outcome(str, Enum):
 #: The settles allowed from each open state: every other move is a bug.
 SETTLES: dict[Outcome, frozenset[Outcome]] = {
     Outcome.CHARGED: frozenset({Outcome.ANSWERED, Outcome.FAILED, Outcome.CANCELLED,
-                                Outcome.INTERRUPTED, Outcome.RELEASED}),
+                                Outcome.INTERRUPTED, Outcome.RELEASED, Outcome.HELD}),
     Outcome.STARTED: frozenset({Outcome.FAILED, Outcome.CANCELLED, Outcome.INTERRUPTED,
-                                Outcome.RELEASED, Outcome.EVALUATED}),
+                                Outcome.RELEASED, Outcome.HELD, Outcome.EVALUATED}),
 }
 
 

@@ -34,6 +34,9 @@ from dpsql.policy import Dataset, Policy, did_you_mean
 from dpsql.store import Store, Tables, check_identifier, now
 
 FORMAT = "dpsql.provenance/1"
+#: Where a release whose fit failed its diagnostics is kept: no analyst reads this schema (the
+#: free database copies only ``released``) until an administrator publishes it.
+HELD = "held"
 METADATA_KEY = b"dpsql.provenance"
 _COLUMNS = ("release_id", "name", "dataset", "synthesizer", "privacy", "released_by",
             "released_at", "superseded_by", "record")
@@ -47,6 +50,8 @@ TABLES = Tables("provenance", {
     2: ("""CREATE TABLE dpsql.release_states (
             release_id VARCHAR PRIMARY KEY, synthesizer VARCHAR NOT NULL,
             state VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL)""",),
+    # 8: releases whose fit failed its diagnostics, kept from analysts until published.
+    8: (f"CREATE SCHEMA IF NOT EXISTS {HELD}",),
 })
 
 
@@ -238,10 +243,12 @@ def releases(store: Store, *, include_superseded: bool = False) -> list[dict[str
     return [_row(r) for r in rows]
 
 
-def export(store: Store, name: str, path: str | Path, *, mode: int = 0o600) -> dict[str, Any]:
-    """Write ``released.<name>`` to a Parquet file with its record in the key-value metadata.
+def export(store: Store, name: str, path: str | Path, *, mode: int = 0o600,
+           admin: bool = False) -> dict[str, Any]:
+    """Write release ``name``'s table to a Parquet file with its record in the key-value metadata.
 
-    Released tables are free to read, so any user of the store may export one.
+    Released tables are free to read, so any user of the store may export one; a
+    held one (its fit failed its diagnostics) only an ``admin``.
     Written by pyarrow (store connections have no file access) through
     :func:`dpsql.files.write_private`: a new file of ``mode`` (the owner's only
     unless the caller asks for more) renamed onto ``path``, so a failure leaves
@@ -254,8 +261,12 @@ def export(store: Store, name: str, path: str | Path, *, mode: int = 0o600) -> d
         raise ConfigurationError(f"export writes Parquet: give a path ending in .parquet, got "
                                  f"{target.name}")
     entry = find(store, name)
+    schema = entry["record"]["table"].partition(".")[0]
+    if schema != "released" and not admin:
+        raise ReleaseError(f"release {name!r} is held from analysts until an administrator "
+                           "publishes it (its fit failed its diagnostics)")
     data = store.cursor().sql(
-        f"SELECT * FROM released.{quote(check_identifier(name, 'release name'))}"
+        f"SELECT * FROM {schema}.{quote(check_identifier(name, 'release name'))}"
     ).to_arrow_table()
     metadata = dict(data.schema.metadata or {})
     metadata[METADATA_KEY] = to_json(entry["record"]).encode()

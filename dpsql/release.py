@@ -68,17 +68,22 @@ Start = Callable[[Callable[..., None], tuple[Any, ...]], None]
 
 @dataclass(frozen=True)
 class Release:
-    """A written release: its table name, provenance record and warnings to show."""
+    """A written release: its table name, provenance record and warnings to show.
+
+    ``held``: why the release is unpublished (its fit failed a diagnostic check),
+    or "" for a published one.
+    """
 
     name: str
     release_id: str
     record: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    held: str = ""
 
     @property
     def table(self) -> str:
-        """The qualified table name, ``released.<name>``."""
-        return f"released.{self.name}"
+        """The qualified table name: ``released.<name>``, or ``held.<name>`` while unpublished."""
+        return str(self.record.get("table", f"released.{self.name}"))
 
 
 @dataclass
@@ -270,7 +275,7 @@ def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
         raise ConfigurationError(f"{synth_name} releases a table of counts, not rows; drop "
                                  "--rows and --copies")
     previous = provenance.current(store, name)
-    existing = _released_tables(store)
+    existing = _release_tables(store)
     if not replace_ and (previous or name in existing):
         raise ReleaseError(f"a release named {name!r} already exists; choose another name or "
                            "pass --replace (the old provenance is kept, marked superseded)")
@@ -345,11 +350,13 @@ def _check_privacy_options(synth: Any, synth_name: str, options: dict[str, Any],
                 f"under datasets.{ds.name}.allow_options to use it")
 
 
-def _released_tables(store: Store, cur: duckdb.DuckDBPyConnection | None = None) -> set[str]:
+def _release_tables(store: Store, cur: duckdb.DuckDBPyConnection | None = None
+                    ) -> dict[str, str]:
+    """Each table of a release, published or held: name -> its schema."""
     rows = (cur or store.cursor()).execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'released'"
-    ).fetchall()
-    return {r[0] for r in rows}
+        "SELECT table_name, table_schema FROM information_schema.tables "
+        "WHERE table_schema IN ('released', ?)", [provenance.HELD]).fetchall()
+    return {str(name): str(schema) for name, schema in rows}
 
 
 def _statement(dataset: str, synth: str, name: str, epsilon: Any, delta: Any, rho: Any,
@@ -548,16 +555,28 @@ def _write_fresh(ctx: Context, plan: _Plan, audit_id: int, result: Synthetic,
     if not set(result.products) <= set(getattr(plan.synth, "product_suffixes", ())):
         raise InternalError(f"{plan.synth_name} wrote products it did not declare; this is a "
                             "bug in dpsql")
-    product_names = [f"released.{plan.name}_{check_identifier(s, 'product suffix')}"
+    failed = synth_base.failed_checks(result.description)
+    schema = provenance.HELD if failed else "released"
+    product_names = [f"{schema}.{plan.name}_{check_identifier(s, 'product suffix')}"
                      for s in result.products]
     record = _record(ctx, plan, audit_id, spent, result.description, result.rows,
-                     result.copies, result.output, product_names, result.state is not None)
+                     result.copies, result.output, product_names, result.state is not None,
+                     schema)
     report("write", 0, 1)
     _write(ctx.store, plan, record, result.table, result.products, result.state)
     report("write", 1, 1)
     reported = plan.warnings + list(result.description.get("diagnostics", {})
                                     .get("warnings", []))
-    return Release(plan.name, record["release_id"], record, reported)
+    held = ""
+    if failed:
+        held = ("unpublished: the fit failed " + "; ".join(
+            f"{c['check']} ({c['value']}, limit {c['limit']})" for c in failed))
+        reported.append(f"NOT PUBLISHED: {record['table']} is kept from analysts because the "
+                        f"fit failed its diagnostics ({held.partition(': ')[2]}); read "
+                        f"'dpsql releases show {plan.name}', then release again (other "
+                        f"options, a larger epsilon, coarser bins) or publish it anyway with "
+                        f"'dpsql releases publish {plan.name}'")
+    return Release(plan.name, record["release_id"], record, reported, held)
 
 
 def sample_copies(fitted: Any, domain: Domain, rows: int, copy_numbers: Sequence[int],
@@ -594,7 +613,7 @@ def _check_codes(codes: pa.Table, domain: Domain, rows: int) -> None:
 
 def _record(ctx: Context, plan: _Plan, audit_id: int, spent: PrivacyCost,
             description: dict[str, Any], rows: int, copies: int, output: str,
-            products: list[str], resumable: bool) -> dict[str, Any]:
+            products: list[str], resumable: bool, schema: str) -> dict[str, Any]:
     policy, ds = ctx.policy, plan.dataset
     delta = policy.delta
     module = type(plan.synth).__module__
@@ -603,7 +622,8 @@ def _record(ctx: Context, plan: _Plan, audit_id: int, spent: PrivacyCost,
         "format": provenance.FORMAT,
         "release_id": uuid.uuid4().hex[:16],
         "name": plan.name,
-        "table": f"released.{plan.name}",
+        "table": f"{schema}.{plan.name}",
+        "published": schema == "released",
         "dataset": {"name": ds.name, "table": ds.table,
                     "fingerprint": provenance.dataset_fingerprint(
                         policy, ds.name, plan.types),
@@ -640,8 +660,13 @@ def _record(ctx: Context, plan: _Plan, audit_id: int, spent: PrivacyCost,
 
 def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
            extra: Mapping[str, pa.Table], state: str | None) -> None:
-    """Table, products, provenance, comment and state in one transaction."""
+    """Table, products, provenance, comment and state in one transaction.
+
+    The tables go in the schema the record names: ``released``, or ``held`` for a
+    fit that failed its diagnostics. A superseded release's tables go from either.
+    """
     name = plan.name
+    schema = record["table"].partition(".")[0]
     with store.lock, store.transaction() as cur:
         previous = provenance.current(store, name, cur)
         if previous and previous["release_id"] != (plan.previous or {}).get("release_id"):
@@ -649,26 +674,35 @@ def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
                                "was written")
         if previous:
             for old in [previous["record"]["table"], *previous["record"].get("products", [])]:
-                cur.execute(f"DROP TABLE IF EXISTS released.{quote(old.rpartition('.')[2])}")
+                cur.execute(f"DROP TABLE IF EXISTS {_qualified(old)}")
             provenance.supersede(cur, previous["release_id"], record["release_id"])
         tables = [(name, table), *((f"{name}_{s}", t) for s, t in extra.items())]
-        existing = _released_tables(store, cur)
+        existing = _release_tables(store, cur)
         for table_name, data in tables:
             if table_name in existing:
                 if table_name != name:  # a product name another release took meanwhile
-                    raise ReleaseError(f"released.{table_name} belongs to another release; "
-                                       "nothing was written")
-                cur.execute(f"DROP TABLE released.{quote(table_name)}")
-            _create(cur, table_name, data, record)
+                    raise ReleaseError(f"{existing[table_name]}.{table_name} belongs to another "
+                                       "release; nothing was written")
+                cur.execute(f"DROP TABLE {existing[table_name]}.{quote(table_name)}")
+            _create(cur, f"{schema}.{quote(table_name)}", data, record)
         provenance.insert(cur, record)
         if state is not None:
             provenance.keep_state(cur, record["release_id"], plan.synth_name, state)
 
 
-def _create(cur: duckdb.DuckDBPyConnection, table_name: str, data: pa.Table,
+def _qualified(table: str) -> str:
+    """``schema.name`` of a record's table, quoted (the schema is one dpsql wrote)."""
+    schema, _, name = table.rpartition(".")
+    if schema not in ("released", provenance.HELD):
+        raise InternalError(f"a release table outside released and held: {table!r}")
+    return f"{schema}.{quote(name)}"
+
+
+def _create(cur: duckdb.DuckDBPyConnection, table: str, data: pa.Table,
             record: dict[str, Any]) -> None:
-    _from_arrow(cur, data, f"CREATE TABLE released.{quote(table_name)} AS SELECT * FROM {{}}")
-    _comment(cur, table_name, record)
+    """Create ``table`` (qualified and quoted) from ``data`` with the record as its comment."""
+    _from_arrow(cur, data, f"CREATE TABLE {table} AS SELECT * FROM {{}}")
+    _comment(cur, table, record)
 
 
 def _from_arrow(cur: duckdb.DuckDBPyConnection, data: pa.Table, sql: str) -> None:
@@ -681,8 +715,8 @@ def _from_arrow(cur: duckdb.DuckDBPyConnection, data: pa.Table, sql: str) -> Non
         cur.unregister(view)
 
 
-def _comment(cur: duckdb.DuckDBPyConnection, table_name: str, record: dict[str, Any]) -> None:
-    cur.execute(f"COMMENT ON TABLE released.{quote(table_name)} IS "
+def _comment(cur: duckdb.DuckDBPyConnection, table: str, record: dict[str, Any]) -> None:
+    cur.execute(f"COMMENT ON TABLE {table} IS "
                 f"{provenance.sql_string(provenance.comment(record))}")
 
 
@@ -760,9 +794,49 @@ def _append(store: Store, entry: dict[str, Any], record: dict[str, Any],
         if now_live is None or now_live["record"] != entry["record"]:
             raise ReleaseError(f"release {name!r} changed meanwhile; nothing was written, "
                                "run release-more again")
-        if COPY_COLUMN not in table_columns(store, name, "released"):
-            cur.execute(f"ALTER TABLE released.{quote(name)} ADD COLUMN {COPY_COLUMN} "
-                        "INTEGER DEFAULT 1")
-        _from_arrow(cur, table, f"INSERT INTO released.{quote(name)} BY NAME SELECT * FROM {{}}")
-        _comment(cur, name, record)
+        schema, target = record["table"].partition(".")[0], _qualified(record["table"])
+        if COPY_COLUMN not in table_columns(store, name, schema):
+            cur.execute(f"ALTER TABLE {target} ADD COLUMN {COPY_COLUMN} INTEGER DEFAULT 1")
+        _from_arrow(cur, table, f"INSERT INTO {target} BY NAME SELECT * FROM {{}}")
+        _comment(cur, target, record)
         provenance.update(cur, record)
+
+
+# -- publishing a held release ----------------------------------------------------------------
+def publish(ctx: Context, name: str) -> Release:
+    """Publish release ``name``, held because its fit failed its diagnostics (admins only).
+
+    The administrator's explicit say-so that the table may reach analysts: its
+    tables move from ``held`` to ``released`` in one transaction, and the record
+    keeps the failed checks and says who published it, and when. Audited.
+    """
+    statement = f"releases publish {name}"
+    try:
+        ctx.require_admin("publish a release")
+        entry = provenance.find(ctx.store, name)
+        if entry["record"].get("published", True):
+            raise ReleaseError(f"release {name!r} is published already")
+    except DPSQLError as err:
+        ctx.ledger.record(ctx.user, None, statement, Outcome.REFUSED, str(err),
+                          action="publish")
+        raise
+    record = entry["record"]
+    moved = [f"released.{t.rpartition('.')[2]}" for t in [record["table"],
+                                                         *record.get("products", [])]]
+    published = {**record, "table": moved[0], "products": moved[1:], "published": True,
+                 "published_by": ctx.user, "published_at": now().isoformat(timespec="seconds")}
+    with ctx.store.lock, ctx.store.transaction() as cur:
+        now_live = provenance.current(ctx.store, name, cur)
+        if now_live is None or now_live["record"] != record:
+            raise ReleaseError(f"release {name!r} changed meanwhile; nothing was published")
+        for old, new in zip([record["table"], *record.get("products", [])], moved,
+                            strict=True):
+            cur.execute(f"CREATE TABLE {_qualified(new)} AS SELECT * FROM {_qualified(old)}")
+            cur.execute(f"DROP TABLE {_qualified(old)}")
+            _comment(cur, _qualified(new), published)
+        provenance.update(cur, published)
+    failed = synth_base.failed_checks(record)
+    ctx.ledger.record(ctx.user, record["dataset"]["name"], statement, Outcome.PUBLISHED,
+                      "published despite failed diagnostics: " + ", ".join(
+                          c["check"] for c in failed), action="publish")
+    return Release(name, record["release_id"], published)

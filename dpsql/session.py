@@ -229,6 +229,16 @@ class Session:
 
         return self.jobs().wait(self.submit(MoreRequest(name, copies, seed)), progress)
 
+    def publish(self, name: str) -> Release:
+        """Publish release ``name``, held because its fit failed its diagnostics (admins only).
+
+        See :func:`dpsql.release.publish`: the record keeps the failed checks and says
+        who published it.
+        """
+        from dpsql.release import publish
+
+        return publish(self.context(), name)
+
     def submit(self, request: ReleaseRequest | MoreRequest) -> int:
         """Charge a release request now and run it in the background; returns its job id."""
         return self.jobs().submit(self.context(), request)

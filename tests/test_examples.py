@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-SLOW = {"napsu_adult.py", "modp_acs.py", "sds_adult.py", "aim_adult.py", "spark_engine.py"}
+SLOW = {"napsu_adult.py", "modp_acs.py", "sds_adult.py", "aim_adult.py", "spark_engine.py",
+        "held_release.py"}
 
 
 def _run(script: Path) -> subprocess.CompletedProcess[str]:

@@ -224,11 +224,12 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
         raise ReleaseError(f"dataset {dataset.name!r} lives on another engine, and evaluate "
                            "reads the real rows from the store only for now (docs/engines.md)")
     copies = int(record.get("copies", 1))
-    has_copy_column = COPY_COLUMN in table_columns(store, name, "released")
+    schema = record["table"].partition(".")[0]  # released, or held while unpublished
+    has_copy_column = COPY_COLUMN in table_columns(store, name, schema)
     chosen = copy if copy is not None else (1 if has_copy_column else None)
     if chosen is not None and not 1 <= chosen <= copies:
         raise ReleaseError(f"release {name!r} has copies 1 to {copies}; got --copy {chosen}")
-    table = f"released.{quote(check_identifier(name, 'release name'))}"
+    table = f"{schema}.{quote(check_identifier(name, 'release name'))}"
     where = f" WHERE {COPY_COLUMN} = {int(chosen)}" if has_copy_column and chosen else ""
     # Audited before the real rows are read, so even a crash leaves a trace; the outcome
     # says whether the evaluation finished.

@@ -102,7 +102,8 @@ def _print_release(result: Release, remaining: str | None) -> None:
         copies = record["copies"]
         shape = (f"{record['rows']:,} rows" + (f" x {copies} copies (column _copy)"
                                                if copies > 1 else ""))
-    click.echo(f"released {result.table}: {shape}, from {record['dataset']['name']} by "
+    verb = "kept unpublished" if result.held else "released"
+    click.echo(f"{verb} {result.table}: {shape}, from {record['dataset']['name']} by "
                f"{record['synthesizer']['name']}")
     click.echo(f"  release id {result.release_id}; privacy: {record['privacy']}; charged "
                f"{cost_text(record['cost']['charged'])}")
@@ -259,9 +260,11 @@ def releases_list(include_all: bool, db: str, actor: str | None, as_json: bool) 
         rec = r["record"]
         body.append([r["name"], r["dataset"], r["synthesizer"], r["privacy"],
                      f"{rec['rows']:,}", rec["copies"], cost_text(rec["cost"]["charged"]),
-                     r["released_by"], r["released_at"]]
+                     r["released_by"], r["released_at"],
+                     "yes" if rec.get("published", True) else "NO (held)"]
                     + ([r["superseded_by"] or ""] if include_all else []))
-    headers = ["name", "dataset", "synthesizer", "privacy", "rows", "copies", "cost", "by", "at"]
+    headers = ["name", "dataset", "synthesizer", "privacy", "rows", "copies", "cost", "by", "at",
+               "published"]
     click.echo(table(body, headers + (["superseded by"] if include_all else []),
                      right=[4, 5]))
 
@@ -341,6 +344,31 @@ def releases_show(name: str, db: str, actor: str | None, as_json: bool) -> None:
         click.echo(click.style("warning: ", fg="yellow", bold=True) + warning)
 
 
+@releases_group.command("publish")
+@click.argument("name")
+@db_option
+@as_option
+@json_option
+def releases_publish(name: str, db: str, actor: str | None, as_json: bool) -> None:
+    """Publish release NAME, held from analysts because its fit failed its diagnostics.
+
+    A release whose fit fails a check its synthesizer declares (an importance-sampling
+    ESS far below its draws, chains that disagree) is written to held.NAME, which no
+    analyst can read. Read 'dpsql releases show NAME' first: this command is your
+    explicit decision that the table may reach analysts anyway. Audited.
+    """
+    from dpsql.session import connect
+
+    with connect(db, default_actor(actor, db)) as session:
+        result = session.publish(name)
+    if as_json:
+        emit_json({"name": result.name, "table": result.table,
+                   "release_id": result.release_id, "record": result.record})
+        return
+    click.echo(f"published {result.table} (release {result.release_id}): analysts can read it "
+               "now; its record keeps the failed checks and says you published it")
+
+
 def _file_mode(ctx: click.Context, param: click.Parameter, value: str) -> int:
     """An octal permission mode such as 600 or 0644."""
     try:
@@ -372,11 +400,11 @@ def export_cmd(name: str, out: str, mode: int, db: str, actor: str | None,
     from dpsql.session import connect
 
     with connect(db, default_actor(actor, db)) as session:
-        info = export(session.store, name, out, mode=mode)
+        info = export(session.store, name, out, mode=mode, admin=session.is_admin)
     if as_json:
         emit_json(info)
         return
-    click.echo(f"wrote {info['path']}: {info['rows']:,} rows of released.{name}, provenance in "
+    click.echo(f"wrote {info['path']}: {info['rows']:,} rows of release {name}, provenance in "
                "the Parquet metadata key dpsql.provenance")
 
 
@@ -451,6 +479,7 @@ def release_facts(entry: dict[str, Any]) -> list[tuple[str, str]]:
         ("products", ", ".join(rec.get("products", [])) or "none"),
         ("resumable", "yes (dpsql release-more)" if rec.get("resumable") else "no"),
         ("released", f"by {rec['released_by']} at {rec['released_at'][:19]}"),
+        ("published", publication(rec)),
     ]
     for ext in rec.get("extensions", []):
         facts.append(("more copies", f"{_numbers(ext['copies'])} by {ext['by']} "
@@ -458,6 +487,19 @@ def release_facts(entry: dict[str, Any]) -> list[tuple[str, str]]:
     if entry["superseded_by"]:
         facts.append(("superseded by", entry["superseded_by"]))
     return facts
+
+
+def publication(rec: dict[str, Any]) -> str:
+    """Whether analysts can read the release, and why not (a fit that failed its checks)."""
+    failed = ", ".join(c["check"] for c in rec.get("diagnostics", {}).get("checks", [])
+                       if not c.get("passed", False))
+    if not rec.get("published", True):
+        return (f"NO: held from analysts, the fit failed {failed}; publish it anyway with "
+                f"dpsql releases publish {rec['name']}")
+    if "published_by" in rec:
+        return (f"yes, by {rec['published_by']} at {rec['published_at']}, despite the failed "
+                f"{failed}")
+    return "yes"
 
 
 def _numbers(numbers: list[int]) -> str:

@@ -24,7 +24,7 @@ import dataclasses
 import importlib
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -115,6 +115,26 @@ class SynthesizerWarning(UserWarning):
 
 
 # -- the contract -----------------------------------------------------------------------
+
+
+def diagnostic(name: str, passed: bool, value: Any, limit: Any, meaning: str) -> dict[str, Any]:
+    """One diagnostic of a fit, as ``describe()['diagnostics']['checks']`` lists it.
+
+    A synthesizer declares what a failed fit looks like as such checks (an
+    importance-sampling ESS far below the draws, chains that disagree). They read
+    only the fit's DP outputs. A release whose checks do not all pass is kept
+    unpublished (see :func:`failed_checks`).
+    """
+    return {"check": name, "passed": bool(passed), "value": value, "limit": limit,
+            "meaning": meaning}
+
+
+def failed_checks(description: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The checks of a fitted model's ``describe()`` that failed (none declared: none failed)."""
+    checks = description.get("diagnostics", {}).get("checks", [])
+    return [c for c in checks if not c.get("passed", False)]
+
+
 
 
 def declared_dp(synthesizer: Any, name: str) -> bool:

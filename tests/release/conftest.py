@@ -21,7 +21,7 @@ from dpsql.synth.histogram import FittedHistogram, Independent, Joint
 from ..conftest import policy_text
 
 ALL = ("independent, joint, range, crash_sample, crash_write, overspend, not_dp, "
-       "not_dp_joint, lowering, with_products, slow")
+       "not_dp_joint, lowering, with_products, slow, fails_checks")
 
 
 class CrashingFit:
@@ -131,6 +131,21 @@ class WithProducts(Independent):
 
 
 @dataclass
+class FailsChecks(WithProducts):
+    """Fits like independent (with a product), and declares that its fit failed a check."""
+
+    name: ClassVar[str] = "fails_checks"
+
+    def fit(self, source, domain, budget, rng, progress=None):
+        fitted = super().fit(source, domain, budget, rng, progress)
+        described = fitted.describe()
+        failed = base.diagnostic("a test check", False, 0.5, 0.1, "always fails, on purpose")
+        fitted.describe = lambda: {  # type: ignore[method-assign]
+            **described, "diagnostics": {**described.get("diagnostics", {}), "checks": [failed]}}
+        return fitted
+
+
+@dataclass
 class Slow(Independent):
     """Reports stage "wait" once, waits ``seconds`` silently, then fits like independent.
 
@@ -150,7 +165,7 @@ class Slow(Independent):
 TEST_SYNTHESIZERS = {"slow": Slow, "crash_sample": CrashSample, "crash_write": CrashWrite,
                      "overspend": Overspend, "not_dp": NotDP,
                      "not_dp_joint": NotDPJoint, "lowering": Lowering,
-                     "with_products": WithProducts}
+                     "with_products": WithProducts, "fails_checks": FailsChecks}
 
 
 def register_test_synthesizers() -> None:

@@ -318,6 +318,7 @@ def _summary(phi: np.ndarray, results: list[dict[str, Any]], warmup: int) -> dic
         "max_rhat": float(np.nanmax(rhat)) if chains > 1 else None,
         "min_ess": float(np.min(ess)),
         "divergences": int(sum(r["divergent"].sum() for r in results)),
+        "iterations": int(sum(r["divergent"].size for r in results)),
         "mean_accept_prob": float(np.mean([r["accept"].mean() for r in results])),
         "correction_accept_rate": float(np.mean([r["mh_accept"].mean() for r in results])),
         "accepted_jumps_per_iteration": float(np.mean([r["jumps"].mean() for r in results])),

@@ -32,6 +32,7 @@ from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.synth.base import SynthesizerWarning
 from dpsql.synth.measure import measure_marginals
+from dpsql.synth.napsu_mq import checks as fit_checks
 from dpsql.synth.napsu_mq import estimate as cost_estimate
 from dpsql.synth.napsu_mq import laplace as laplace_step
 from dpsql.synth.napsu_mq import mst, resample
@@ -251,6 +252,9 @@ class NapsuMQ:
                 posterior = post.Samples(post.thin(draws.phi, self.keep_draws))
         timings["total"] = time.perf_counter() - t0
         diagnostics["warnings"] = self._warnings(diagnostics)
+        diagnostics["checks"] = [*fit_checks.checks(diagnostics), fit_checks.fit_check(
+            fit_checks.measurement_fit(structure, posterior, observed), domain.names)]
+        diagnostics["converged"] = all(c["passed"] for c in diagnostics["checks"])
         if self.sampling != "random":
             diagnostics["warnings"].append(
                 f"sampling={self.sampling}: the copies are not i.i.d. draws; do not combine "
