@@ -135,10 +135,10 @@ class Aggregates:
                          advice=f"write {name} over the column; distinct values have no "
                          "bounded sensitivity here")
         column = self._aggregate_column(name.lower(), arg, node)
-        if name == "PERCENTILE_CONT":
-            label = f"PERCENTILE_CONT({q}) WITHIN GROUP (ORDER BY {column})"
-        elif name == "QUANTILE_CONT":
-            label = f"QUANTILE_CONT({column}, {q})"
+        if name.startswith("PERCENTILE_"):
+            label = f"{name}({q}) WITHIN GROUP (ORDER BY {column})"
+        elif name.startswith("QUANTILE_"):
+            label = f"{name}({column}, {q})"
         else:
             label = f"{name}({column})"
         func = name.lower() if name in ("MEDIAN", "MIN", "MAX") else "quantile"

@@ -29,6 +29,7 @@ from sqlglot import exp
 
 from dpsql.errors import QueryRejected
 from dpsql.mechanisms.additive import Noise
+from dpsql.policy import Column
 from dpsql.query.aggregates import bounds_of
 from dpsql.query.evaluate import Value, as_type, evaluate
 from dpsql.query.literals import sql_type
@@ -66,7 +67,10 @@ def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Me
                       ) -> dict[str, pa.Array]:
     """``_a{j}`` (and ``_a{j}_lo``/``_hi`` with a confidence) for every aggregate.
 
-    ``nonnegative``: counts (and their bounds) below zero are reported as 0.
+    ``nonnegative``: counts (and their bounds) below zero are reported as 0. A
+    distinct count (and its bounds) above the size of its column's declared domain is
+    reported as that size (:func:`distinct_ceiling`). Both are post-processing with
+    public facts.
     """
     out: dict[str, pa.Array] = {}
     for j, agg in enumerate(plan.aggregates):
@@ -75,6 +79,12 @@ def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Me
             value = np.maximum(value, 0)
             low = None if low is None else np.maximum(low, 0)
             high = None if high is None else np.maximum(high, 0)
+        ceiling = distinct_ceiling(plan.dataset.column(agg.column or "")) \
+            if agg.func == "count_distinct" else None
+        if ceiling is not None:
+            value = np.minimum(value, ceiling)
+            low = None if low is None else np.minimum(low, ceiling)
+            high = None if high is None else np.minimum(high, ceiling)
         out[f"_a{j}"] = _nan_to_null(value) if value.dtype.kind == "f" else pa.array(value)
         if confidence is not None:
             assert low is not None  # estimate() bounds every value when given a level
@@ -82,6 +92,20 @@ def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Me
             out[f"_a{j}_lo"] = _nan_to_null(low) if low.dtype.kind == "f" else pa.array(low)
             out[f"_a{j}_hi"] = _nan_to_null(high) if high.dtype.kind == "f" else pa.array(high)
     return out
+
+
+def distinct_ceiling(column: Column) -> int | None:
+    """How many distinct non-NULL values ``column``'s declared domain holds (None: no limit).
+
+    A categorical column's listed values; an integer column's integers between its
+    bounds. Values kept outside the domain (``--outside keep``) count no further.
+    """
+    if column.type == "categorical" and column.values is not None:
+        return len({v for v in column.values if v is not None})
+    if column.type == "integer" and column.bounds is not None:
+        lo, hi = column.bounds
+        return max(0, math.floor(hi) - math.ceil(lo) + 1)
+    return None
 
 
 def noise_flags(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[MeasureNoise, ...],

@@ -73,22 +73,28 @@ def quantile_call(text: str, node: exp.Expr) -> tuple[str, exp.Expr, Fraction] |
     """(name, column argument, q) of a quantile aggregate; None for any other node.
 
     Accepted: ``MEDIAN(col)``, ``MIN(col)``, ``MAX(col)``, ``QUANTILE_CONT(col, q)``
-    and ``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY col)`` with a literal q in [0, 1].
+    and ``PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY col)`` with a literal q in [0, 1],
+    and their ``_DISC`` forms. Both answer with a point of the column's grid (an
+    integer column's integers when its span is small): a DP answer is never
+    interpolated between two data values, nor promised to be one.
     """
-    if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.PercentileCont):
+    if isinstance(node, exp.WithinGroup) and isinstance(node.this, PERCENTILES):
+        name = _percentile_name(node.this)
         order = node.expression
         items = order.expressions if isinstance(order, exp.Order) else []
         if len(items) != 1 or items[0].args.get("desc"):
-            raise reject(text, "PERCENTILE_CONT takes one ascending ORDER BY column", node,
-                         construct="PERCENTILE_CONT", advice="write PERCENTILE_CONT(0.9) "
+            raise reject(text, f"{name} takes one ascending ORDER BY column", node,
+                         construct=name, advice=f"write {name}(0.9) "
                          "WITHIN GROUP (ORDER BY col), or 1 - q for a descending order")
-        return "PERCENTILE_CONT", items[0].this, _q(text, node.this.this, node)
-    if isinstance(node, exp.PercentileCont):
+        return name, items[0].this, _q(text, node.this.this, node)
+    if isinstance(node, PERCENTILES):
+        name = _percentile_name(node)
         if node.expression is None:
-            raise reject(text, "PERCENTILE_CONT needs WITHIN GROUP (ORDER BY col)", node,
-                         construct="PERCENTILE_CONT",
-                         advice="write PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY col)")
-        return "QUANTILE_CONT", node.this, _q(text, node.expression, node)
+            raise reject(text, f"{name} needs WITHIN GROUP (ORDER BY col)", node,
+                         construct=name,
+                         advice=f"write {name}(0.9) WITHIN GROUP (ORDER BY col)")
+        return name.replace("PERCENTILE", "QUANTILE"), node.this, _q(text, node.expression,
+                                                                      node)
     fixed = {exp.Median: Fraction(1, 2), exp.Min: MIN_Q, exp.Max: MAX_Q}
     for kind, q in fixed.items():
         if type(node) is kind:
@@ -99,6 +105,14 @@ def quantile_call(text: str, node: exp.Expr) -> tuple[str, exp.Expr, Fraction] |
                              advice=f"write {name}(col)")
             return kind.__name__.upper(), node.this, q
     return None
+
+
+#: The SQL percentile functions; DISC answers like CONT (see :func:`quantile_call`).
+PERCENTILES = (exp.PercentileCont, exp.PercentileDisc)
+
+
+def _percentile_name(node: exp.Expr) -> str:
+    return "PERCENTILE_DISC" if isinstance(node, exp.PercentileDisc) else "PERCENTILE_CONT"
 
 
 def _q(text: str, node: exp.Expr | None, call: exp.Expr) -> Fraction:

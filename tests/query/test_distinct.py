@@ -24,9 +24,11 @@ from dpsql.engines.local import _DuckDBPrepared
 from dpsql.engines.source import bounded_sql
 from dpsql.imports import table_columns
 from dpsql.mechanisms.additive import Noise
+from dpsql.policy import Column
 from dpsql.privacy import PrivacyCost
 from dpsql.query.dialect import DIALECT
 from dpsql.query.planner import plan_query
+from dpsql.query.post import distinct_ceiling
 from dpsql.query.render import Context, calibrate
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
@@ -191,6 +193,24 @@ def test_notices_and_nonnegative_counts(build: Callable[..., Path], tmp_path: Pa
         clipped = alice.sql(sql)  # a repeat: the same noisy measure, free
     assert clipped.cost.is_zero
     assert clipped.table.column("n").to_pylist() == [max(0, answer.table["n"][0].as_py())]
+
+
+def test_a_distinct_count_is_at_most_its_declared_domain(build: Callable[..., Path],
+                                                        tmp_path: Path) -> None:
+    """g declares 2 values: at scale 20 (epsilon 0.1), each of 101 cells' noisy distinct
+    count of g exceeds 2 with probability about 1/2 before the clamp, so all 101 at most 2
+    without it has probability about 1e-30; with it, every value and interval bound is."""
+    path = _store(build, tmp_path, _people(), "t", epsilon="0.1", budget="5")
+    sql = "SELECT dp_bin(x, 10) AS b, COUNT(DISTINCT g) AS n FROM t GROUP BY b"
+    with dpsql.connect(path, "alice") as alice:
+        alice.sql("SET dpsql.ci = 0.95")
+        table = alice.sql(sql).table
+    assert table.num_rows == 101  # bins 0, 10, ..., 1000
+    for column in ("n", "n_ci_low", "n_ci_high"):
+        assert max(table.column(column).to_pylist()) <= 2
+    assert distinct_ceiling(Column("x", "integer", bounds=(0.5, 10.0))) == 10
+    assert distinct_ceiling(Column("g", "categorical", values=("a", "b", None))) == 2
+    assert distinct_ceiling(Column("f", "float", bounds=(0.0, 1.0))) is None
 
 
 # -- empirical privacy audit ----------------------------------------------------------------------

@@ -34,6 +34,10 @@ EXACT_CASES = [
      "SELECT quantile_disc(age, 0.9) FROM adult", 0),
     ("percentile_cont", "SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY hours_per_week) "
      "FROM adult", "SELECT quantile_disc(hours_per_week, 0.25) FROM adult", 0),
+    ("percentile_disc", "SELECT PERCENTILE_DISC(0.25) WITHIN GROUP (ORDER BY hours_per_week) "
+     "FROM adult", "SELECT quantile_disc(hours_per_week, 0.25) FROM adult", 0),
+    ("quantile_disc", "SELECT QUANTILE_DISC(age, 0.9) FROM adult",
+     "SELECT quantile_disc(age, 0.9) FROM adult", 0),
     ("grouped_filtered", "SELECT sex, MEDIAN(age) FILTER (WHERE race = 0), COUNT(*) FROM adult "
      "GROUP BY sex", "SELECT sex, quantile_disc(age, 0.5) FILTER (WHERE race = 0), COUNT(*) "
      "FROM adult GROUP BY sex ORDER BY sex", 1),
