@@ -57,6 +57,19 @@ class Column:
         return self.type in ("integer", "float")
 
     @property
+    def bins_text(self) -> str:
+        """The bins as people read them: ``9 bins of width 10`` (``bins: 10`` is a width)."""
+        if self.edges is None:
+            return ""
+        count = len(self.edges) - 1
+        inner = {b - a for a, b in zip(self.edges[:-2], self.edges[1:-1], strict=True)}
+        width = f" of width {next(iter(inner)):g}" if len(inner) == 1 else ""
+        last = self.edges[-1] - self.edges[-2]
+        if width and last != next(iter(inner)):
+            width += f" (the last {last:g})"
+        return f"{count} bin{'s' if count != 1 else ''}{width}"
+
+    @property
     def has_domain(self) -> bool:
         """Whether the column has a finite public domain (values, or bins)."""
         return (self.type == "categorical" and self.values is not None) or self.edges is not None

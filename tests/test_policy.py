@@ -157,3 +157,18 @@ def test_a_stored_policy_saying_true_reads_as_no_public_count():
     assert stored.fingerprint != Policy.from_text(policy_text()).fingerprint
     assert not Policy.from_text(policy_text(extra_dataset="    public_row_count: false\n"),
                                 stored=True).dataset("adult").legacy_public_count
+
+
+def test_bins_read_as_a_count_and_a_width():
+    """`bins: 10` is a width: over [0, 84] it makes 9 bins, and the text says both."""
+    from dpsql.policy import Column
+
+    by_width = Column("age", "integer", bounds=(0, 84),
+                      edges=(*(float(e) for e in range(0, 81, 10)), 85.0))
+    assert by_width.bins_text == "9 bins of width 10 (the last 5)"
+    assert Column("x", "float", bounds=(0, 1), edges=(0.0, 0.5, 1.0)).bins_text == \
+        "2 bins of width 0.5"
+    assert Column("x", "float", bounds=(0, 1), edges=(0.0, 1.0)).bins_text == "1 bin"
+    assert Column("x", "integer", bounds=(0, 9), edges=(0.0, 2.0, 5.0, 10.0)).bins_text == \
+        "3 bins"  # widths 2, 3 and 5
+    assert Column("x", "integer", bounds=(0, 9)).bins_text == ""

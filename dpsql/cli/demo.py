@@ -76,7 +76,7 @@ def _show_policy(session: Session) -> None:
         elif col.numeric:
             domain = f"[{col.bounds[0]:g}, {col.bounds[1]:g}]" if col.bounds else ""
             if col.edges:
-                domain += f", {len(col.edges) - 1} bins"
+                domain += f", {col.bins_text}"
         else:
             domain = "never queryable"
         rows.append([col.name, col.type, domain])

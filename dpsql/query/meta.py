@@ -131,7 +131,7 @@ def datasets_table(ctx: Context) -> pa.Table:
                 assert col.bounds is not None
                 domain = f"[{col.bounds[0]:g}, {col.bounds[1]:g}]"
                 if col.edges is not None:
-                    domain += f", {len(col.edges) - 1} bins"
+                    domain += f", {col.bins_text}"
                 group = f"dp_bin({col.name}, WIDTH)"
                 if col.edges is not None:
                     group = f"dp_bin({col.name})"
