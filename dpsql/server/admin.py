@@ -39,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpsql.errors import ConfigurationError, DPSQLError, StoreError
+from dpsql.errors import ConfigurationError, DPSQLError, QueryCanceled, StoreError
 from dpsql.files import check_private, runtime_file
 
 if TYPE_CHECKING:
@@ -168,6 +168,7 @@ class Caller:
         self.db, self.conn = db, conn
         self.sessions: dict[str | None, Session] = {}
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.cancelled = threading.Event()  # a cancel of the running operation
         self._send_lock = threading.Lock()
         self._gone = False
 
@@ -184,13 +185,13 @@ class Caller:
                 elif kind == "closed":
                     if running is None:
                         return
-                    running.interrupts.interrupt()  # and wait for the operation to end
+                    self._cancel(running)  # and wait for the operation to end
                     while self.events.get()[0] != "done":
                         pass
                     return
                 elif value.get("cancel"):
                     if running is not None:
-                        running.interrupts.interrupt()
+                        self._cancel(running)
                 elif running is not None:
                     self._send({"error": "configuration_error", "exit_code": 8,
                                 "message": "one operation at a time on an admin connection"})
@@ -200,6 +201,11 @@ class Caller:
             for session in self.sessions.values():
                 with contextlib.suppress(Exception):
                     session.close()
+
+    def _cancel(self, running: Session) -> None:
+        """Stop the running operation: interrupt its statement (or the one about to begin)."""
+        self.cancelled.set()
+        running.interrupts.interrupt()
 
     def _listen(self) -> None:
         """Put the client's frames on the queue until it closes (its own thread)."""
@@ -236,6 +242,7 @@ class Caller:
             self._send(wire.error_frame(err))
             return None
         log.info("admin channel: dpsql %s", admin.name_of(operation).replace(".", " "))
+        self.cancelled.clear()
         threading.Thread(target=self._run, args=(operation, arguments, session),
                          name="dpsql-admin-operation", daemon=True).start()
         return session
@@ -265,6 +272,8 @@ class Caller:
             arguments["progress"] = self._progress
         try:
             with session.interrupts.statement():
+                if self.cancelled.is_set():  # cancelled before its statement began
+                    raise QueryCanceled()
                 result = operation(session, **arguments)
             reply = {"result": wire.encode(result)}
         except Exception as err:
