@@ -242,8 +242,10 @@ def parse(args: list[str], remote: Remote) -> tuple[_Runs, dict[str, Any]]:
 
 def help_text(args: list[str]) -> str:
     """The help of the command (or group) ``args`` name, as ``--help`` prints it."""
-    command, name, _ = find([a for a in args if a not in ("-h", "--help")])
+    words = [a for a in args if a not in ("-h", "--help")]
+    command, _, rest = find(words)
     if command is None:
         raise ConfigurationError(f"CALL dpsql: no command {' '.join(args[:2])!r}")
-    ctx = click.Context(command, info_name=name, resilient_parsing=True)
+    named = " ".join(["dpsql", *words[:len(words) - len(rest)]])  # as the CLI says it
+    ctx = click.Context(command, info_name=named, resilient_parsing=True)
     return command.get_help(ctx)
