@@ -98,9 +98,9 @@ def _wants_json(args: list[str]) -> bool:
 def _fail(code: str, message: str, exit_code: int, as_json: bool) -> None:
     try:
         if as_json:
-            from dpsql.cli.output import emit_json
+            from dpsql.commands.render import json_text
 
-            emit_json({"error": code, "message": message})
+            click.echo(json_text({"error": code, "message": message}))
         sys.stdout.flush()
     except OSError:  # stdout itself failed (a full disk): the message still goes to stderr
         _drop_stdout()

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dpsql.cli.output import heading, table
 from dpsql.commands.common import cli
+from dpsql.commands.render import arrow_table, heading, table
 from dpsql.errors import BudgetExceeded
 
 if TYPE_CHECKING:
@@ -118,7 +118,6 @@ DEMO_QUERIES = (
 
 def _show_queries(path: Path) -> None:
     """Ask a few range and marginal queries as alice and show each answer beside its cost."""
-    from dpsql.cli.output import arrow_table
     from dpsql.session import connect
 
     click.echo(heading("4. Ask DP questions in SQL (as alice; answers are noisy)"))

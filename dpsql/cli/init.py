@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import click
 
-from dpsql.cli.output import emit_json
 from dpsql.commands.admin import outside_option, outside_report
 from dpsql.commands.common import LocalPath, cli, json_option
+from dpsql.commands.render import json_text
 from dpsql.errors import ConfigurationError
 from dpsql.outside import DomainError, Handling
 
@@ -64,7 +64,8 @@ def init_cmd(db: str, policy_path: str, imports: tuple[str, ...], na: str | None
     tables = store_tables(store)
     store.close()
     if as_json:
-        emit_json({"store": db, "policy": policy.fingerprint, "tables": tables, "notes": notes})
+        click.echo(json_text({"store": db, "policy": policy.fingerprint, "tables": tables,
+                              "notes": notes}))
         return
     click.echo(f"created {db} with tables {', '.join(tables) or '(none)'}; "
                f"policy {policy.fingerprint} applied")

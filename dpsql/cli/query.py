@@ -17,9 +17,9 @@ import click
 
 from dpsql.cli import sigint
 from dpsql.cli.complete import Completer
-from dpsql.cli.output import arrow_table
 from dpsql.commands.common import cli, db_option
 from dpsql.commands.query import split_statements, user_option
+from dpsql.commands.render import arrow_table
 from dpsql.errors import DPSQLError
 
 if TYPE_CHECKING:  # the session loads with the command that runs
