@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
@@ -32,6 +32,9 @@ from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.files import write_private
 from dpsql.policy import Dataset, Policy, did_you_mean
 from dpsql.store import Store, Tables, check_identifier, now
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 FORMAT = "dpsql.provenance/1"
 #: Where a release whose fit failed its diagnostics is kept: no analyst reads this schema (the
@@ -260,14 +263,7 @@ def export(store: Store, name: str, path: str | Path, *, mode: int = 0o600,
     if target.suffix.lower() != ".parquet":
         raise ConfigurationError(f"export writes Parquet: give a path ending in .parquet, got "
                                  f"{target.name}")
-    entry = find(store, name)
-    schema = entry["record"]["table"].partition(".")[0]
-    if schema != "released" and not admin:
-        raise ReleaseError(f"release {name!r} is held from analysts until an administrator "
-                           "publishes it (its fit failed its diagnostics)")
-    data = store.cursor().sql(
-        f"SELECT * FROM {schema}.{quote(check_identifier(name, 'release name'))}"
-    ).to_arrow_table()
+    entry, data = read_release(store, name, admin=admin)
     metadata = dict(data.schema.metadata or {})
     metadata[METADATA_KEY] = to_json(entry["record"]).encode()
     data = data.replace_schema_metadata(metadata)
@@ -277,6 +273,19 @@ def export(store: Store, name: str, path: str | Path, *, mode: int = 0o600,
         raise ConfigurationError(f"cannot write {target}: {err.strerror}") from err
     return {"name": name, "path": str(target), "rows": data.num_rows,
             "release_id": entry["release_id"], "mode": f"{mode:o}"}
+
+
+def read_release(store: Store, name: str, *, admin: bool) -> tuple[dict[str, Any], pa.Table]:
+    """Release ``name``'s live row and its table; a held one (not published) ``admin`` only."""
+    entry = find(store, name)
+    schema = entry["record"]["table"].partition(".")[0]
+    if schema != "released" and not admin:
+        raise ReleaseError(f"release {name!r} is held from analysts until an administrator "
+                           "publishes it (its fit failed its diagnostics)")
+    data = store.cursor().sql(
+        f"SELECT * FROM {schema}.{quote(check_identifier(name, 'release name'))}"
+    ).to_arrow_table()
+    return entry, data
 
 
 def read_parquet_record(path: str | Path) -> dict[str, Any]:

@@ -279,9 +279,10 @@ def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
     if not replace_ and (previous or name in existing):
         raise ReleaseError(f"a release named {name!r} already exists; choose another name or "
                            "pass --replace (the old provenance is kept, marked superseded)")
-    own = set() if previous is None else {
-        t.rpartition(".")[2] for t in [previous["record"]["table"],
-                                       *previous["record"].get("products", [])]}
+    own = _own_tables(previous)
+    if name in existing and name not in own:  # a product of another release, --replace or not
+        raise ReleaseError(f"{existing[name]}.{name} belongs to another release; choose "
+                           "another name for this release")
     for suffix in getattr(synth, "product_suffixes", ()):
         product = f"{name}_{suffix}"
         if product not in own and (product in existing or provenance.current(store, product)):
@@ -348,6 +349,14 @@ def _check_privacy_options(synth: Any, synth_name: str, options: dict[str, Any],
             raise ReleaseError(
                 f"option {option!r} of {synth_name} lowers privacy; the policy must list it "
                 f"under datasets.{ds.name}.allow_options to use it")
+
+
+def _own_tables(entry: dict[str, Any] | None) -> set[str]:
+    """The table names (unqualified) of a live release row: its table and its products."""
+    if entry is None:
+        return set()
+    record = entry["record"]
+    return {t.rpartition(".")[2] for t in [record["table"], *record.get("products", [])]}
 
 
 def _release_tables(store: Store, cur: duckdb.DuckDBPyConnection | None = None
@@ -557,6 +566,8 @@ def _write_fresh(ctx: Context, plan: _Plan, audit_id: int, result: Synthetic,
                             "bug in dpsql")
     failed = synth_base.failed_checks(result.description)
     schema = provenance.HELD if failed else "released"
+    if "checks" in result.description.get("diagnostics", {}):
+        result.description["diagnostics"]["converged"] = not failed
     product_names = [f"{schema}.{plan.name}_{check_identifier(s, 'product suffix')}"
                      for s in result.products]
     record = _record(ctx, plan, audit_id, spent, result.description, result.rows,
@@ -678,9 +689,10 @@ def _write(store: Store, plan: _Plan, record: dict[str, Any], table: pa.Table,
             provenance.supersede(cur, previous["release_id"], record["release_id"])
         tables = [(name, table), *((f"{name}_{s}", t) for s, t in extra.items())]
         existing = _release_tables(store, cur)
+        own = _own_tables(previous)
         for table_name, data in tables:
             if table_name in existing:
-                if table_name != name:  # a product name another release took meanwhile
+                if table_name not in own:  # a name another release took meanwhile
                     raise ReleaseError(f"{existing[table_name]}.{table_name} belongs to another "
                                        "release; nothing was written")
                 cur.execute(f"DROP TABLE {existing[table_name]}.{quote(table_name)}")
@@ -782,7 +794,9 @@ def _write_more(ctx: Context, charged: Charged, result: Synthetic, report: Progr
     report("write", 0, 1)
     _append(ctx.store, entry, record, result.table)
     report("write", 1, 1)
-    return Release(charged.name, record["release_id"], record)
+    held = "" if record.get("published", True) else \
+        "unpublished: more copies of a release held since its fit failed its diagnostics"
+    return Release(charged.name, record["release_id"], record, [], held)
 
 
 def _append(store: Store, entry: dict[str, Any], record: dict[str, Any],
@@ -808,35 +822,51 @@ def publish(ctx: Context, name: str) -> Release:
 
     The administrator's explicit say-so that the table may reach analysts: its
     tables move from ``held`` to ``released`` in one transaction, and the record
-    keeps the failed checks and says who published it, and when. Audited.
+    keeps the failed checks and says who published it, and when. Audited, a
+    refusal too; a failure writes nothing.
     """
     statement = f"releases publish {name}"
     try:
         ctx.require_admin("publish a release")
-        entry = provenance.find(ctx.store, name)
-        if entry["record"].get("published", True):
-            raise ReleaseError(f"release {name!r} is published already")
-    except DPSQLError as err:
-        ctx.ledger.record(ctx.user, None, statement, Outcome.REFUSED, str(err),
+        record = _publish(ctx, name)
+    except (DPSQLError, duckdb.Error) as err:
+        ctx.ledger.record(ctx.user, None, statement, Outcome.REFUSED, str(err).splitlines()[0],
                           action="publish")
-        raise
+        if isinstance(err, DPSQLError):
+            raise
+        raise ReleaseError(f"release {name!r} could not be published (its tables changed); "
+                           "nothing was published") from err
+    failed = synth_base.failed_checks(record)
+    ctx.ledger.record(ctx.user, record["dataset"]["name"], statement, Outcome.PUBLISHED,
+                      "published despite failed diagnostics: " + ", ".join(
+                          c["check"] for c in failed), action="publish")
+    return Release(name, record["release_id"], record)
+
+
+def _publish(ctx: Context, name: str) -> dict[str, Any]:
+    """Move a held release's tables to ``released`` in one transaction; its new record."""
+    entry = provenance.find(ctx.store, name)
     record = entry["record"]
-    moved = [f"released.{t.rpartition('.')[2]}" for t in [record["table"],
-                                                         *record.get("products", [])]]
+    if record.get("published", True):
+        raise ReleaseError(f"release {name!r} is published already")
+    held = [record["table"], *record.get("products", [])]
+    moved = [f"released.{t.rpartition('.')[2]}" for t in held]
     published = {**record, "table": moved[0], "products": moved[1:], "published": True,
                  "published_by": ctx.user, "published_at": now().isoformat(timespec="seconds")}
     with ctx.store.lock, ctx.store.transaction() as cur:
         now_live = provenance.current(ctx.store, name, cur)
         if now_live is None or now_live["record"] != record:
             raise ReleaseError(f"release {name!r} changed meanwhile; nothing was published")
-        for old, new in zip([record["table"], *record.get("products", [])], moved,
-                            strict=True):
+        published_names = {r[0] for r in cur.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'released'"
+        ).fetchall()}
+        taken = [t for t in moved if t.rpartition(".")[2] in published_names]
+        if taken:
+            raise ReleaseError(f"{', '.join(taken)} belongs to another release; nothing was "
+                               "published")
+        for old, new in zip(held, moved, strict=True):
             cur.execute(f"CREATE TABLE {_qualified(new)} AS SELECT * FROM {_qualified(old)}")
             cur.execute(f"DROP TABLE {_qualified(old)}")
             _comment(cur, _qualified(new), published)
         provenance.update(cur, published)
-    failed = synth_base.failed_checks(record)
-    ctx.ledger.record(ctx.user, record["dataset"]["name"], statement, Outcome.PUBLISHED,
-                      "published despite failed diagnostics: " + ", ".join(
-                          c["check"] for c in failed), action="publish")
-    return Release(name, record["release_id"], published)
+    return published

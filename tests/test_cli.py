@@ -60,8 +60,7 @@ def _commands(group, path=()):
 
 
 def test_every_help_page_keeps_its_examples_on_their_own_lines():
-    from dpsql.cli import _load_commands
-    from dpsql.cli.common import cli
+    from dpsql.cli import _load_commands, cli
 
     _load_commands()
     runner = CliRunner()
@@ -259,7 +258,7 @@ def _readme_rows():
 
 def _command_path(words):
     """The click command that words name (dpsql releases show T -> releases show)."""
-    from dpsql.cli.common import cli
+    from dpsql.cli import cli
 
     command, path = cli, []
     for word in words[1:]:
@@ -298,7 +297,7 @@ def test_readme_command_table_matches_the_cli():
             helps.append(result.output)
         for flag in _flags(line.split("|")[2]):  # flags the description names
             assert any(flag in h for h in helps), f"{flag} of row {line!r}"
-    from dpsql.cli.common import cli
+    from dpsql.cli import cli
 
     commands = {path for path in _commands(cli)
                 if not isinstance(_command_path(["dpsql", *path])[0], click.Group)}
@@ -310,8 +309,7 @@ WITHOUT_JSON = {("shell",), ("serve",), ("policy", "draft"), ("demo",)}
 
 
 def test_every_store_command_takes_json():
-    from dpsql.cli import _load_commands
-    from dpsql.cli.common import cli
+    from dpsql.cli import _load_commands, cli
 
     _load_commands()
     for path in _commands(cli):
@@ -327,8 +325,7 @@ def test_every_store_command_takes_json():
 
 
 def test_store_commands_print_valid_json(tmp_path):
-    from dpsql.cli import _load_commands
-    from dpsql.cli.common import cli
+    from dpsql.cli import _load_commands, cli
 
     _load_commands()
     db = tmp_path / "s.duckdb"

@@ -46,8 +46,7 @@ OLD, OTHER_RACE = "age > 60", "race NOT IN (0, 1, 2)"
 
 
 def _cli(*args: str) -> Result:
-    from dpsql.cli import _load_commands
-    from dpsql.cli.common import cli
+    from dpsql.cli import _load_commands, cli
 
     _load_commands()
     return CliRunner().invoke(cli, list(args))

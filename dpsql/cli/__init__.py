@@ -18,7 +18,7 @@ from typing import NoReturn
 import click
 
 from dpsql.cli import sigint
-from dpsql.cli.common import Caller, cli
+from dpsql.commands.common import cli
 from dpsql.errors import OS_ERROR_EXIT, DPSQLError, os_failure
 from dpsql.files import private_umask
 
@@ -26,15 +26,14 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _load_commands() -> None:
-    import dpsql.cli.jobs  # dpsql jobs
-    import dpsql.cli.serve  # dpsql serve (its own line keeps merges easy)
-    import dpsql.cli.user  # noqa: F401  (dpsql user)
-    from dpsql.cli import (  # noqa: F401  (registers commands)
-        admin,
-        demo,
-        query,
-        release,
-    )
+    """Declare every command: those of any front door, then the terminal's own."""
+    from dpsql import commands
+    from dpsql.cli import demo, init, query, serve  # noqa: F401  (registers commands)
+    from dpsql.cli.door import Terminal
+    from dpsql.commands.door import set_terminal
+
+    commands.load()
+    set_terminal(Terminal)
 
 
 def main() -> None:
@@ -44,26 +43,19 @@ def main() -> None:
     run(sys.argv[1:])
 
 
-def run(args: list[str], caller: Caller | None = None, width: int | None = None) -> None:
+def run(args: list[str]) -> None:
     """Run the command line ``args``, mapping errors to messages and exit codes (SystemExit).
 
-    ``caller`` is the user a server runs it for (their directory and environment);
-    without one, a command on a store that ``dpsql serve`` owns runs there.
+    A command on a store that ``dpsql serve`` owns sends its operations there
+    (:mod:`dpsql.cli.door`); it prints, prompts and writes files here.
     """
     _load_commands()
     as_json = _wants_json(args)
     try:
-        if caller is None:
-            from dpsql.cli.forward import forward
-
-            code = forward(args)
-            if code is not None:
-                sys.exit(code)
-        cli.main(args=args, prog_name="dpsql", standalone_mode=False, obj=caller,
-                 terminal_width=width)
+        code = cli.main(args=args, prog_name="dpsql", standalone_mode=False)
+        if isinstance(code, int) and code:  # a script's first failure (dpsql query -f)
+            sys.exit(code)
     except DPSQLError as err:
-        if caller is not None:
-            caller.error = err
         if sigint.seen():  # the failure Ctrl-C caused (a release stopped mid-way)
             _interrupted(str(err))
         _fail(err.code, str(err), err.exit_code, as_json)
@@ -106,9 +98,9 @@ def _wants_json(args: list[str]) -> bool:
 def _fail(code: str, message: str, exit_code: int, as_json: bool) -> None:
     try:
         if as_json:
-            from dpsql.cli.output import emit_json
+            from dpsql.commands.render import json_text
 
-            emit_json({"error": code, "message": message})
+            click.echo(json_text({"error": code, "message": message}))
         sys.stdout.flush()
     except OSError:  # stdout itself failed (a full disk): the message still goes to stderr
         _drop_stdout()
@@ -117,10 +109,7 @@ def _fail(code: str, message: str, exit_code: int, as_json: bool) -> None:
 
 
 def _drop_stdout() -> None:
-    """Point stdout at /dev/null, so that what it still buffers cannot fail again at exit.
-
-    A command that a server runs for a client has no descriptor of its own to drop.
-    """
+    """Point stdout at /dev/null, so that what it still buffers cannot fail again at exit."""
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 

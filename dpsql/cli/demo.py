@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dpsql.cli.admin import _print_budgets
-from dpsql.cli.common import cli
-from dpsql.cli.output import heading, table
+from dpsql.commands.common import cli
+from dpsql.commands.render import arrow_table, heading, table
 from dpsql.errors import BudgetExceeded
 
 if TYPE_CHECKING:
@@ -50,7 +49,11 @@ def run_demo(path: Path) -> None:
         _show_policy(admin)
         click.echo()
         click.echo(heading("2. Budgets the policy grants"))
-        _print_budgets(admin.budget(), admin.policy.accounting, admin.policy.delta)
+        from dpsql.admin.budgets import show_budgets
+        from dpsql.commands.admin import budgets_text
+
+        for line in budgets_text(show_budgets(admin)).out:
+            click.echo(line)
         click.echo()
         click.echo(heading("3. The ledger charges before anything private is computed"))
         _show_ledger(path)
@@ -115,7 +118,6 @@ DEMO_QUERIES = (
 
 def _show_queries(path: Path) -> None:
     """Ask a few range and marginal queries as alice and show each answer beside its cost."""
-    from dpsql.cli.query import render
     from dpsql.session import connect
 
     click.echo(heading("4. Ask DP questions in SQL (as alice; answers are noisy)"))
@@ -127,7 +129,7 @@ def _show_queries(path: Path) -> None:
             cost = "free (a repeat: the cached answer)" if answer.cached else \
                 answer.cost.describe(delta)
             click.echo(f"   {what}: {sql}")
-            for line in render(answer).splitlines():
+            for line in arrow_table(answer.table).splitlines():
                 click.echo(f"     {line}")
             click.echo(f"     cost: {cost}")
         left = alice.budget()[0].remaining.describe(delta, "down")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from dpsql.cli.common import cli, db_option
+from dpsql.commands.common import cli, db_option
 from dpsql.errors import ConfigurationError
 from dpsql.files import OTHERS, runtime_dir, write_private
 from dpsql.server import auth
@@ -135,7 +135,10 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
       psql "host=127.0.0.1 port=5433 user=alice dbname=adult"
     """  # noqa: D301 (click needs a real \b)
     from dpsql.sandbox import parse_size
+    from dpsql.server.admin import refuse_if_served
     from dpsql.server.server import Server, ServerConfig, run
+
+    refuse_if_served(db, "dpsql serve already runs on this store (it is the store's owner)")
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     config = ServerConfig(db=Path(db), host=host, port=port, tls_cert=tls_cert, tls_key=tls_key,

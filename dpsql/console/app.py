@@ -1,10 +1,10 @@
 """The console's HTTP server: a thread of ``dpsql serve`` on localhost, one page per request.
 
 Reads go through the same functions as ``budget show``, ``audit``, ``releases`` and
-``jobs``; actions (grant, release, cancel a job) run the ``dpsql`` command line
-through :func:`dpsql.server.procedure.call`, as ``CALL dpsql(...)`` does: as the
-logged-in administrator, audited (action ``admin_call``) besides what the command
-itself records.
+``jobs``; actions (grant, release, cancel a job) are typed operations of
+:mod:`dpsql.admin` (:mod:`dpsql.console.actions`): a form's values are their
+arguments, never a command line. They run as the logged-in administrator,
+audited (action ``admin_call``) besides what the operation itself records.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import contextlib
 import logging
 import re
 import secrets
-import shlex
 import socket
 import threading
 import time
@@ -24,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from dpsql.console import pages, views
+from dpsql.console import actions, pages, views
 from dpsql.console.auth import (
     COOKIE,
     LOGIN_COOKIE,
@@ -37,7 +36,6 @@ from dpsql.console.auth import (
 )
 from dpsql.errors import ConfigurationError, DPSQLError
 from dpsql.policies import active_policy
-from dpsql.server import procedure
 from dpsql.server.auth import LoginBackoff, load_verifier
 from dpsql.session import Session
 from dpsql.store import Store
@@ -64,7 +62,6 @@ ELSEWHERE = pages.layout("Refused", "", error="a page of another site or port as
                          "open the console from its own address")
 PREFIX = re.compile(r"[A-Za-z0-9_-]{32,}")  # as secrets.token_hex(16) and longer
 _RELEASE = re.compile(r"^/releases/([^/]+)(/report)?$")
-_CANCEL = re.compile(r"^/jobs/(\d+)/cancel$")
 
 
 class Console:
@@ -145,14 +142,6 @@ def _prefixed(target: str, prefix: str) -> str | None:
     """
     head, _, rest = urlsplit(target).path[1:].partition("/")
     return "/" + rest if secrets.compare_digest(head.encode(), prefix.encode()) else None
-
-
-def run_command(session: Session, args: list[str]) -> str:
-    """Run ``dpsql ARGS`` as the session's admin through CALL dpsql's code path; its output."""
-    command = shlex.join(args)
-    answer = procedure.call(session, command, statement=f"console: dpsql {command}")
-    lines = answer.table.column(0).to_pylist() if answer.table is not None else []
-    return "\n".join([*(str(x) for x in lines), answer.notice or ""]).strip()
 
 
 class Waiting:
@@ -433,17 +422,17 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/logout":
             self.console.logins.close(token)
             return self._redirect("login", [self._cookie(COOKIE, "", clear=True)])
-        args, back = _action(path, form)
-        if args is None:
+        chosen = actions.action(path, form)
+        if chosen is None:
             return self._send(404, pages.layout("Not found", ""))
         with self._session(login) as session:
             if session is None:
                 return
             try:
-                login.flash = run_command(session, args) or "done"
+                login.flash = actions.perform(session, chosen) or "done"
             except DPSQLError as err:
                 login.error = str(err)
-        self._redirect(back)
+        self._redirect(chosen.back)
 
     def _log_in(self, form: dict[str, str]) -> None:
         expected = cookie(self.headers.get("Cookie"), LOGIN_COOKIE)
@@ -511,19 +500,3 @@ def _view(session: Session, path: str, query: dict[str, str], csrf: str,
     if path == "/jobs":
         return "Jobs", views.jobs(session, csrf)
     return None, ""
-
-
-def _action(path: str, form: dict[str, str]) -> tuple[list[str] | None, str]:
-    """The dpsql command line of a form, and the page to go back to."""
-    if path == "/grant":
-        return ["budget", "grant", "--epsilon", form.get("epsilon", ""), "--",
-                form.get("user", ""), form.get("dataset", "")], "budgets"
-    if path == "/release":
-        return ["release", "--synth", form.get("synthesizer", ""), "--epsilon",
-                form.get("epsilon", ""), "--name", form.get("name", ""), "--detach", "--",
-                form.get("dataset", "")], "jobs"
-    match = _CANCEL.match(path)
-    if match:
-        return ["jobs", "cancel", match.group(1)], "jobs"
-    return None, "budgets"
-

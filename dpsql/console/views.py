@@ -117,11 +117,12 @@ def releases(session: Session, csrf: str) -> str:
 
 def release(session: Session, name: str) -> str:
     """One release's provenance (as ``releases show``) with a link to its fidelity report."""
-    from dpsql.cli.release import release_facts
-    from dpsql.provenance import cost_text, find
+    from dpsql.admin.releases import show_release
+    from dpsql.commands.release_text import release_facts
+    from dpsql.provenance import cost_text
 
-    entry = find(session.store, name)
-    measurements = entry["record"].get("measurements", [])
+    entry = show_release(session, name=name)
+    measurements = entry.record.get("measurements", [])
     body = pages.table(release_facts(entry), ["fact", "value"])
     if measurements:
         body += "<h2>Measurements</h2>" + pages.table(
@@ -129,7 +130,7 @@ def release(session: Session, name: str) -> str:
               m.get("mechanism", ""), m.get("scale", ""),
               cost_text(m["cost"]) if isinstance(m.get("cost"), dict) else ""]
              for m in measurements), ["columns", "cells", "mechanism", "scale", "cost"])
-    if entry["record"].get("output") == "rows":
+    if entry.record.get("output") == "rows":
         body += (f'<p><a href="releases/{quote(name)}/report">Fidelity report</a> (not DP: '
                  "computed from the real data; audited, as dpsql evaluate)</p>")
     return body

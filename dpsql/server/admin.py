@@ -1,54 +1,53 @@
-"""The local admin channel: ``dpsql`` commands on a served store run inside the server.
+"""The local admin channel: operations on a served store run inside the server.
 
 While ``dpsql serve`` runs it owns the store file (DuckDB's write lock keeps every
 other process out). It listens on a Unix socket named after the file's identity
 (device and inode) in a private directory; a ``dpsql`` command pointed at the
-store finds the socket, sends its command line, working directory and
-environment, and the server runs the same click command in a thread against its
-open store (``dpsql.connect`` in the server process returns that store), sending
-back what the command writes and its exit code.
+store finds the socket (:mod:`dpsql.cli.door`) and sends each typed operation of
+:mod:`dpsql.admin` it runs, by name with its arguments; the server runs it on
+its open store and sends the typed result back. The command itself parses,
+prompts, prints and reads and writes files in the caller's process: nothing of
+the CLI runs here, and no operation takes a file path.
 
 Trust is the file system's, as without a server: the directory is the user's own
 (mode 0700), the socket 0600, and each side checks that the other runs as the
 same uid (SO_PEERCRED): whoever may open the store file directly is an admin.
 
 Protocol: frames of a 4-byte big-endian length and a JSON object. The client
-sends ``{"argv", "cwd", "env", "width", "tty": [stdin, stdout, stderr]}``, then
-``{"input": text}`` answering a read (null at the end of input) and
-``{"cancel": true}`` on Ctrl-C (a closed connection cancels too). The server
-sends ``{"out": text}``, ``{"err": text}``, ``{"read": "line" | "all" | "secret",
-"prompt": text}`` and last ``{"exit": code}``.
+sends ``{"op": name, "user": user or null, "args": {...}}`` (arguments as
+:mod:`dpsql.admin.wire` encodes them), and ``{"cancel": true}`` on Ctrl-C (a
+closed connection cancels too). The server answers each operation with
+``{"progress": [stage, done, total]}`` frames while it works, then
+``{"result": ...}`` or an error (:func:`dpsql.admin.wire.error_frame`). One
+connection carries a command's operations in turn, on one session per user (a
+``SET`` lasts to the end of a script); the sessions close with the connection.
+A cancel interrupts the session's statement: a release being waited for is
+cancelled and its charge stays.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import getpass
 import json
 import logging
 import os
 import queue
 import socket
 import struct
-import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from dpsql.errors import ConfigurationError, StoreError
+from dpsql.errors import ConfigurationError, DPSQLError, QueryCanceled, StoreError
 from dpsql.files import check_private, runtime_file
+
+if TYPE_CHECKING:
+    from dpsql.session import Session
 
 log = logging.getLogger("dpsql.server.admin")
 
-FORWARDED_ENV = ("DPSQL_DB", "DPSQL_USER")  # what the commands read from the environment
-MAX_FRAME = 16 << 20
-NOT_FORWARDED = {  # commands that make no sense inside the server, and why
-    "serve": "dpsql serve already runs on this store (it is the store's owner)",
-    "init": "this store exists and dpsql serve runs on it; choose a new path",
-    "demo": "this store exists and dpsql serve runs on it; choose a new path",
-    "shell": "dpsql shell cannot run through dpsql serve; connect with psql instead",
-}
+MAX_FRAME = 16 << 20  # the largest request a client may send (a policy's text, say)
 
 
 # -- where the socket is ------------------------------------------------------------------
@@ -74,13 +73,13 @@ def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(struct.pack(">I", len(data)) + data)
 
 
-def receive(sock: socket.socket) -> dict[str, Any] | None:
-    """The next frame, or None when the other side closed the connection."""
+def receive(sock: socket.socket, limit: int = MAX_FRAME) -> dict[str, Any] | None:
+    """The next frame (of at most ``limit`` bytes), or None when the other side closed."""
     head = _exactly(sock, 4)
     if head is None:
         return None
     size = struct.unpack(">I", head)[0]
-    if size > MAX_FRAME:
+    if size > limit:
         raise ConnectionError(f"admin channel frame of {size} bytes")
     body = _exactly(sock, size)
     if body is None:
@@ -102,183 +101,8 @@ def _exactly(sock: socket.socket, size: int) -> bytes | None:
 
 
 # -- the server side ----------------------------------------------------------------------
-class Interruptible:
-    """A command running in the thread that made this: Ctrl-C for it, while it runs."""
-
-    def __init__(self) -> None:
-        self.thread = threading.get_ident()
-        self._running = True
-        self._cancelled = False
-        self._lock = threading.Lock()  # a cancel never lands after the command ended
-
-    def cancel(self) -> None:
-        """KeyboardInterrupt in the command's thread, once, while it runs (any thread)."""
-        with self._lock:
-            if self._running and not self._cancelled:
-                self._cancelled = True
-                _raise_in(self.thread, KeyboardInterrupt)
-
-    def finish(self) -> None:
-        """The command ended: no cancel may reach its thread any more."""
-        with self._lock:
-            self._running = False
-            _raise_in(self.thread, None)  # drop a cancel that had not landed yet
-
-
-class Client(Interruptible):
-    """One forwarded command: its connection, terminal flags and pending input."""
-
-    def __init__(self, conn: socket.socket, tty: list[bool]) -> None:
-        super().__init__()
-        self.conn = conn
-        self.tty = {"in": bool(tty[0]), "out": bool(tty[1]), "err": bool(tty[2])}
-        self.inputs: queue.Queue[str | None] = queue.Queue()  # None: the end of input
-        self.gone = False  # the client went away: output is dropped
-
-    def write(self, message: dict[str, Any]) -> None:
-        """Send a frame to the client (dropped once it is gone)."""
-        if not self.gone:
-            try:
-                send(self.conn, message)
-            except OSError:
-                self.gone = True
-
-    def read(self, kind: str, prompt: str = "") -> str | None:
-        """A line, everything or a secret from the client's terminal (None at end of input)."""
-        self.write({"read": kind, "prompt": prompt})
-        return self.inputs.get()
-
-    def listen(self) -> None:
-        """Take the client's input and cancels until it closes (runs in its own thread)."""
-        while True:
-            try:
-                message = receive(self.conn)
-            except (OSError, ValueError):
-                message = None
-            if message is None or message.get("cancel"):
-                self.cancel()
-            if message is None:
-                self.gone = True
-                return
-            if "input" in message:
-                self.inputs.put(None if message["input"] is None else str(message["input"]))
-
-    def cancel(self) -> None:
-        """Ctrl-C for the command; one waiting for input sees its end."""
-        super().cancel()
-        self.inputs.put(None)
-
-
-class Terminal(Protocol):
-    """Where a command's streams go: a :class:`Client`, or a CALL's collector."""
-
-    tty: dict[str, bool]  # "in", "out", "err": whether that stream is a terminal
-
-    def write(self, message: dict[str, Any]) -> None:
-        """Output: ``{"out": text}`` or ``{"err": text}``."""
-
-    def read(self, kind: str, prompt: str = "") -> str | None:
-        """A line, everything or a secret (``kind``); None at the end of input."""
-
-    def finish(self) -> None:
-        """The command ended: no cancel may reach its thread any more."""
-
-
-def _raise_in(thread: int, exc: type[BaseException] | None) -> None:
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread),
-                                               ctypes.py_object(exc) if exc else None)
-
-
-_clients: dict[int, Terminal] = {}  # thread id -> the client whose command runs in it
-
-
-def _client() -> Terminal | None:
-    return _clients.get(threading.get_ident())
-
-
-class RoutedStream:
-    """sys.stdin, sys.stdout or sys.stderr of the server process, seen per thread.
-
-    A forwarded command's thread reads and writes its client's terminal (click
-    and tqdm look up sys.stdout/sys.stderr when they write); every other thread
-    the process's own stream.
-    """
-
-    encoding = "utf-8"
-    errors = "strict"
-
-    def __init__(self, original: Any, kind: str) -> None:
-        self.original = original
-        self.kind = kind  # "in", "out" or "err"
-
-    def write(self, text: str) -> int:
-        """Write to the client of this thread, else to the original stream."""
-        client = _client()
-        if client is None:
-            return int(self.original.write(text))
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        client.write({self.kind: text})
-        return len(text)
-
-    def flush(self) -> None:
-        """Frames go out as they are written; flush the original stream."""
-        if _client() is None:
-            self.original.flush()
-
-    def isatty(self) -> bool:
-        """Whether the client's (or the process's) stream is a terminal."""
-        client = _client()
-        return client.tty[self.kind] if client is not None else bool(self.original.isatty())
-
-    def fileno(self) -> int:
-        """The original descriptor; a client's stream has none."""
-        if _client() is not None:
-            raise OSError("a forwarded command's stream has no file descriptor")
-        return int(self.original.fileno())
-
-    def readline(self, size: int = -1) -> str:
-        """A line of the client's standard input."""
-        client = _client()
-        if client is None:
-            return str(self.original.readline(size))
-        return client.read("line") or ""
-
-    def read(self, size: int = -1) -> str:
-        """The rest of the client's standard input."""
-        client = _client()
-        if client is None:
-            return str(self.original.read(size))
-        return client.read("all") or ""
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.original, name)
-
-
-def _getpass(prompt: str = "Password: ", stream: Any = None) -> str:
-    """getpass.getpass, asking the client's terminal in a forwarded command's thread."""
-    client = _client()
-    if client is None:
-        return _original_getpass(prompt, stream)
-    secret = client.read("secret", prompt)
-    if secret is None:  # as getpass at the end of input (an empty line is "")
-        raise EOFError
-    return secret
-
-
-_original_getpass = getpass.getpass
-
-
-def _route_streams() -> None:
-    """Make sys.stdin/stdout/stderr and getpass per-thread (once per process)."""
-    for name, kind in (("stdin", "in"), ("stdout", "out"), ("stderr", "err")):
-        if not isinstance(getattr(sys, name), RoutedStream):
-            setattr(sys, name, RoutedStream(getattr(sys, name), kind))
-    getpass.getpass = _getpass
-
-
 class AdminChannel:
-    """The admin socket of one served store: accepts ``dpsql`` commands from its owner."""
+    """The admin socket of one served store: runs typed operations for its owner."""
 
     def __init__(self, db: Path) -> None:
         self.db = db
@@ -304,7 +128,6 @@ class AdminChannel:
         os.chmod(self.path, 0o600)
         sock.listen(16)
         self._sock = sock
-        _route_streams()
         threading.Thread(target=self._accept, args=(sock,), name="dpsql-admin",
                          daemon=True).start()
 
@@ -322,62 +145,145 @@ class AdminChannel:
                 conn, _ = sock.accept()
             except OSError:  # closed by stop()
                 return
-            threading.Thread(target=self._serve, args=(conn,), name="dpsql-admin-command",
+            threading.Thread(target=self._serve, args=(conn,), name="dpsql-admin-client",
                              daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
             try:
-                if peer_uid(conn) != os.getuid():
-                    log.warning("admin channel: refused a process of uid %d", peer_uid(conn))
-                    return
-                request = receive(conn)
-            except (OSError, ValueError) as err:
-                log.warning("admin channel: bad request (%s)", err)
+                uid = peer_uid(conn)
+            except OSError as err:
+                log.warning("admin channel: bad connection (%s)", err)
                 return
-            if request is not None:
-                code = self._run(conn, request)
-                with contextlib.suppress(OSError):
-                    send(conn, {"exit": code})
-
-    def _run(self, conn: socket.socket, request: dict[str, Any]) -> int:
-        """Run a forwarded command in this thread; its exit code."""
-        from dpsql.cli.common import Caller
-
-        argv = [str(a) for a in request.get("argv", [])]
-        refusal = NOT_FORWARDED.get(argv[0]) if argv else None
-        if refusal is not None:
-            send(conn, {"err": f"error: {refusal}\n"})
-            return StoreError.exit_code
-        env = {k: str(v) for k, v in dict(request.get("env", {})).items() if k in FORWARDED_ENV}
-        client = Client(conn, list(request.get("tty", [False, False, False])))
-        threading.Thread(target=client.listen, name="dpsql-admin-input", daemon=True).start()
-        log.info("admin channel: dpsql %s", " ".join(argv[:2]))
-        caller = Caller(cwd=str(request.get("cwd", "/")), env=env, store=str(self.db))
-        return run_for(client, argv, caller, request.get("width"))
+            if uid != os.getuid():
+                log.warning("admin channel: refused a process of uid %d", uid)
+                return
+            Caller(self.db, conn).serve()
 
 
-def run_for(client: Terminal, argv: list[str], caller: Any, width: int | None = None) -> int:
-    """Run the command line ``argv`` in this thread, its streams routed to ``client``.
+class Caller:
+    """One client connection: its operations in turn, each in a thread of its own."""
 
-    ``client`` is made in this thread (an :class:`Interruptible`, so a cancel
-    reaches the command). Returns the exit code.
-    """
-    from dpsql.cli import run
+    def __init__(self, db: Path, conn: socket.socket) -> None:
+        self.db, self.conn = db, conn
+        self.sessions: dict[str | None, Session] = {}
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.cancelled = threading.Event()  # a cancel of the running operation
+        self._send_lock = threading.Lock()
+        self._gone = False
 
-    _route_streams()
-    _clients[threading.get_ident()] = client
-    try:
+    def serve(self) -> None:
+        """Answer the client's operations until it hangs up; then close its sessions."""
+        threading.Thread(target=self._listen, name="dpsql-admin-input", daemon=True).start()
+        running: Session | None = None
         try:
-            run(argv, caller, width=width)
-            return 0
-        except SystemExit as done:
-            return done.code if isinstance(done.code, int) else int(done.code is not None)
+            while True:
+                kind, value = self.events.get()
+                if kind == "done":
+                    running = None
+                    self._send(value)
+                elif kind == "closed":
+                    if running is None:
+                        return
+                    self._cancel(running)  # and wait for the operation to end
+                    while self.events.get()[0] != "done":
+                        pass
+                    return
+                elif value.get("cancel"):
+                    if running is not None:
+                        self._cancel(running)
+                elif running is not None:
+                    self._send({"error": "configuration_error", "exit_code": 8,
+                                "message": "one operation at a time on an admin connection"})
+                else:
+                    running = self._start(value)
         finally:
-            client.finish()
-            del _clients[threading.get_ident()]
-    except KeyboardInterrupt:  # a cancel that landed after the command's own handling
-        return 130
+            for session in self.sessions.values():
+                with contextlib.suppress(Exception):
+                    session.close()
+
+    def _cancel(self, running: Session) -> None:
+        """Stop the running operation: interrupt its statement (or the one about to begin)."""
+        self.cancelled.set()
+        running.interrupts.interrupt()
+
+    def _listen(self) -> None:
+        """Put the client's frames on the queue until it closes (its own thread)."""
+        while True:
+            try:
+                message = receive(self.conn)
+            except (OSError, ValueError):
+                message = None
+            if message is None:
+                self.events.put(("closed", None))
+                return
+            self.events.put(("frame", message))
+
+    def _send(self, message: dict[str, Any]) -> None:
+        with self._send_lock:
+            if self._gone:
+                return
+            try:
+                send(self.conn, message)
+            except OSError:
+                self._gone = True
+
+    def _start(self, request: dict[str, Any]) -> Session | None:
+        """Start the operation ``request`` names; the session it runs on (None: refused)."""
+        from dpsql import admin
+        from dpsql.admin import wire
+
+        try:
+            operation = admin.find(str(request.get("op")))
+            arguments = wire.decode_arguments(operation, dict(request.get("args") or {}))
+            user = request.get("user")
+            session = self._session(None if user is None else str(user))
+        except Exception as err:
+            self._send(wire.error_frame(err))
+            return None
+        log.info("admin channel: dpsql %s", admin.name_of(operation).replace(".", " "))
+        self.cancelled.clear()
+        threading.Thread(target=self._run, args=(operation, arguments, session),
+                         name="dpsql-admin-operation", daemon=True).start()
+        return session
+
+    def _session(self, user: str | None) -> Session:
+        session = self.sessions.get(user)
+        if session is None:
+            from dpsql.admin import default_user
+            from dpsql.services import open_store
+            from dpsql.session import Session
+
+            store = open_store(self.db)  # the server's open store, shared
+            try:
+                session = Session(store, user or default_user(store))
+            except BaseException:
+                store.close()
+                raise
+            self.sessions[user] = session
+        return session
+
+    def _run(self, operation: Callable[..., Any], arguments: dict[str, Any],
+             session: Session) -> None:
+        """Run the operation (this thread); its result or error goes on the queue."""
+        from dpsql.admin import wire
+
+        if wire.takes_progress(operation):
+            arguments["progress"] = self._progress
+        try:
+            with session.interrupts.statement():
+                if self.cancelled.is_set():  # cancelled before its statement began
+                    raise QueryCanceled()
+                result = operation(session, **arguments)
+            reply = {"result": wire.encode(result)}
+        except Exception as err:
+            if not isinstance(err, DPSQLError):
+                log.exception("admin channel: %s failed", getattr(operation, "__name__", "?"))
+            reply = wire.error_frame(err)
+        self.events.put(("done", reply))
+
+    def _progress(self, stage: str, done: float, total: float | None = None) -> None:
+        self._send({"progress": [stage, done, total]})
 
 
 def connect(db: str | Path) -> socket.socket | None:
@@ -405,3 +311,14 @@ def connect(db: str | Path) -> socket.socket | None:
         raise ConfigurationError(f"the admin socket {path} is served by uid {uid}, "
                                  f"not by you (uid {os.getuid()}); dpsql refuses to talk to it")
     return sock
+
+
+def refuse_if_served(db: str | Path, why: str) -> None:
+    """StoreError saying ``why`` when ``dpsql serve`` owns the store at ``db``.
+
+    For the terminal's own commands that open the store themselves (serve, shell).
+    """
+    sock = connect(db)
+    if sock is not None:
+        sock.close()
+        raise StoreError(why)

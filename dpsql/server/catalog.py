@@ -61,12 +61,15 @@ def relations(store: Store) -> tuple[Relation, ...]:
                             about + "aggregate queries only, answered with differential "
                             "privacy and charged to your budget",
                             _column_comments(ds, [name for name, _ in columns])))
+    published = [r for r in releases(store) if r["record"].get("published", True)]
     provenance = {r["name"]: (r["dataset"], r["synthesizer"], r["privacy"], r["released_at"])
-                  for r in releases(store)}
+                  for r in published}  # a held release is named nowhere an analyst looks
+    parents = {product.rpartition(".")[2]: r["name"] for r in published
+               for product in r["record"].get("products", [])}
     for table in tables(store, "released"):
         columns = tuple(table_columns(store, table, schema="released").items())
         origin = provenance.get(table)
-        parent = next((name for name in provenance if table.startswith(name + "_")), None)
+        parent = parents.get(table)
         source = origin[0] if origin else provenance[parent][0] if parent else ""
         if origin:
             comment = (f"synthetic release of dataset {origin[0]} by {origin[1]} "

@@ -1,15 +1,20 @@
 """``CALL dpsql('budget grant alice adult --epsilon 0.5')``: dpsql commands for SQL admins.
 
-An administrator logged in with psql or DBeaver runs the same click commands as
-the ``dpsql`` CLI, in the server, as themselves, on the served store: ``--as``,
-``--user`` and ``--db`` are refused, and so is any file path (a SQL administrator
-is not the server's operating-system user). Analysts are
-refused (AccessDenied, SQLSTATE 42501). Every CALL is audited (action
-``admin_call``) besides what the command itself audits. The result has one text
-column ``dpsql``, a row per output line; with ``--json`` a list of records
-comes back as a table (one text column per key). What the command writes to
-stderr comes as NOTICEs; a failed command is an error with its SQLSTATE. A
-cancel request or the statement timeout stops the command as Ctrl-C would.
+An administrator logged in with psql or DBeaver runs the same commands as the
+``dpsql`` CLI (declared once in :mod:`dpsql.commands`), in the server, as
+themselves, on the served store: the command line is parsed for a remote caller
+(:func:`dpsql.commands.common.parse`: ``--as``, ``--user`` and ``--db`` refused,
+and any file path, since a SQL administrator is not the server's
+operating-system user) and its flow runs with a door (:class:`SqlDoor`) that
+runs the typed operations on the SQL session and collects their text; it
+reads no file and asks no question. Analysts are refused (AccessDenied,
+SQLSTATE 42501). Every CALL is audited (action ``admin_call``) besides what the
+command itself audits. The result has one text column ``dpsql``, a row per
+output line; with ``--json`` a list of records comes back as a table (one text
+column per key). What the command writes beside its output comes as NOTICEs; a
+failed command is an error with its SQLSTATE. A cancel request or the statement
+timeout interrupts the session's statement: a release being waited for is
+cancelled and its charge stays.
 """
 
 from __future__ import annotations
@@ -17,46 +22,90 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import click
 import pyarrow as pa
 
+from dpsql.commands.door import Bar, Door, NoBar, Writer
 from dpsql.errors import AccessDenied, ConfigurationError, DPSQLError
 from dpsql.ledger import Outcome
-from dpsql.server.admin import NOT_FORWARDED, Interruptible, run_for
 from dpsql.server.router import StatementHandler
 from dpsql.server.sqltext import strip_comments
 from dpsql.session import Session
 
 _CALL = re.compile(r"^\s*CALL\s+dpsql\s*\(\s*'((?:[^']|'')*)'\s*\)\s*;?\s*$", re.I | re.S)
+HELP = ("-h", "--help")
 
 
-class Collector(Interruptible):
-    """The "terminal" of a CALL: keeps what the command writes; it reads no input.
+class SqlDoor(Door):
+    """Where a CALL's command runs: on the SQL session, its text collected, no side of its own."""
 
-    A cancel request or the statement timeout interrupts it like a DuckDB cursor
-    of the statement: Ctrl-C for the command (a release stops; its charge stays).
-    """
+    keeps_session = True  # a SET lasts for the connection
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.out: list[str] = []
-        self.err: list[str] = []
-        self.tty = dict.fromkeys(("in", "out", "err"), False)
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.stdout = ""
+        self.notes: list[str] = []
 
-    def interrupt(self) -> None:
-        """Called like ``DuckDBPyConnection.interrupt`` (repeatedly) by the Interrupter."""
-        self.cancel()
+    def call(self, operation: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``operation`` on the SQL session (inside the CALL's statement: interruptible)."""
+        return operation(self.session, *args, **kwargs)
 
-    def write(self, message: dict[str, Any]) -> None:
-        """Keep output (a read request has no one to answer it)."""
-        self.out.append(message.get("out", ""))
-        self.err.append(message.get("err", ""))
+    def out(self, text: str = "", *, nl: bool = True) -> None:
+        """Keep output (styles dropped)."""
+        self.stdout += click.unstyle(text) + ("\n" if nl else "")
 
-    def read(self, kind: str, prompt: str = "") -> str | None:
-        """No input over SQL: the end of input."""
-        return None
+    def err(self, text: str) -> None:
+        """Keep a note (sent as a NOTICE)."""
+        self.notes.append(click.unstyle(text))
+
+    def json(self, data: Any) -> None:
+        """Keep the JSON text."""
+        from dpsql.commands.render import json_text
+
+        self.out(json_text(data))
+
+    def _no_file(self, path: str) -> AccessDenied:
+        from dpsql.commands.common import NO_FILE
+
+        return AccessDenied(NO_FILE.format(path))
+
+    def read_text(self, path: str) -> str:
+        """Refused: no file of the server machine."""
+        raise self._no_file(path)
+
+    def local_path(self, path: str) -> str:
+        """Refused: no file of the server machine."""
+        raise self._no_file(path)
+
+    def output(self, path: str) -> str:
+        """Refused: no file of the server machine."""
+        raise self._no_file(path)
+
+    def write(self, path: str, data: str | bytes | Writer, *, mode: int = 0o600) -> None:
+        """Refused: no file of the server machine."""
+        raise self._no_file(path)
+
+    def write_folder(self, path: str, files: dict[str, str | bytes]) -> dict[str, str]:
+        """Refused: no file of the server machine."""
+        raise self._no_file(path)
+
+    def password(self, *, from_stdin: bool) -> str:
+        """Refused: a CALL has no terminal to type a password at."""
+        raise ConfigurationError("aborted: CALL dpsql reads no input, so it cannot ask for a "
+                                 "password; run this command in a shell on the server")
+
+    def confirm(self, question: str) -> None:
+        """Refused: a CALL cannot answer a question (give --yes where the command takes it)."""
+        raise ConfigurationError(f"aborted: CALL dpsql cannot answer {question!r}; give --yes "
+                                 "where the command takes it")
+
+    def progress(self, enabled: bool = True) -> Bar:
+        """No progress display over SQL."""
+        return NoBar()
 
 
 @dataclass(frozen=True)
@@ -85,8 +134,6 @@ def call(session: Session, command: str, statement: str | None = None) -> CallAn
 
     ``statement`` is what the audit row records (default: the CALL itself).
     """
-    from dpsql.cli.common import Caller
-
     statement = statement or f"CALL dpsql('{command}')"
     ledger = session.ledger
     if not session.is_admin:
@@ -94,34 +141,52 @@ def call(session: Session, command: str, statement: str | None = None) -> CallAn
                       action="admin_call")
         raise AccessDenied(f"{session.user} is an analyst; CALL dpsql(...) runs administrator "
                            "commands; ask an administrator")
-    args = _arguments(command)
-    caller = Caller(cwd=str(session.store.path.parent),
-                    env={"DPSQL_DB": str(session.store.path), "DPSQL_USER": session.user},
-                    remote=True, store=str(session.store.path))  # no --db, --as, --user, file
-    collector = Collector()
-    with session.interrupts.running(collector):
-        code = run_for(collector, args, caller)
-    out, err = "".join(collector.out), "".join(collector.err)
-    ledger.record(session.user, None, statement, Outcome.DONE if code == 0 else Outcome.FAILED,
-                  None if code == 0 else (err.strip().splitlines() or ["failed"])[-1],
-                  action="admin_call")
-    if code != 0:
-        if isinstance(caller.error, DPSQLError):
-            raise caller.error
-        raise ConfigurationError(err.strip().removeprefix("error: ") or
-                                 f"dpsql {command} failed (exit code {code})")
-    return CallAnswer(_table(out, "--json" in args), err.strip() or None)
+    door = SqlDoor(session)
+    args: list[str] = []
+    try:
+        args = _arguments(command)
+        _run(door, args, session)
+    except DPSQLError as err:
+        ledger.record(session.user, None, statement, Outcome.FAILED, str(err),
+                      action="admin_call")
+        raise
+    except Exception:
+        ledger.record(session.user, None, statement, Outcome.FAILED, "failed",
+                      action="admin_call")
+        raise
+    ledger.record(session.user, None, statement, Outcome.DONE, None, action="admin_call")
+    notes = "\n".join(door.notes).strip()
+    return CallAnswer(_table(door.stdout, "--json" in args), notes or None)
+
+
+def _run(door: SqlDoor, args: list[str], session: Session) -> None:
+    """Parse ``args`` for the session's remote caller and run the command's flow."""
+    from dpsql import commands
+    from dpsql.commands.common import Remote, help_text, parse
+
+    commands.load()
+    if not args or any(a in HELP for a in args):
+        door.out(click.unstyle(help_text(args)))
+        return
+    command, params = parse(args, Remote(str(session.store.path), session.user))
+    try:
+        command.run(door, params)
+    except click.exceptions.Exit as done:  # a script's exit code (no script runs remotely)
+        if done.exit_code:
+            raise ConfigurationError(f"CALL dpsql: the command failed (exit code "
+                                     f"{done.exit_code})") from None
+    except click.exceptions.Abort:
+        raise ConfigurationError("aborted") from None
+    except click.ClickException as err:
+        raise ConfigurationError(f"CALL dpsql: {err.format_message()}") from err
 
 
 def _arguments(command: str) -> list[str]:
     """The command line, split as a shell would (the command checks its options)."""
     try:
-        args = shlex.split(command)
+        return shlex.split(command)
     except ValueError as err:
         raise ConfigurationError(f"CALL dpsql: cannot split {command!r}: {err}") from err
-    if args and args[0] in NOT_FORWARDED:
-        raise ConfigurationError(f"CALL dpsql: {NOT_FORWARDED[args[0]]}")
-    return args
 
 
 def _table(out: str, as_json: bool) -> pa.Table:

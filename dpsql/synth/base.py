@@ -130,9 +130,16 @@ def diagnostic(name: str, passed: bool, value: Any, limit: Any, meaning: str) ->
 
 
 def failed_checks(description: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The checks of a fitted model's ``describe()`` that failed (none declared: none failed)."""
+    """The checks of a fitted model's ``describe()`` that failed (none declared: none failed).
+
+    Fails closed: a check passes only when its ``passed`` is the boolean True; checks
+    that are not a list of dicts count as one failed check.
+    """
     checks = description.get("diagnostics", {}).get("checks", [])
-    return [c for c in checks if not c.get("passed", False)]
+    if not isinstance(checks, list) or not all(isinstance(c, Mapping) for c in checks):
+        return [diagnostic("checks well formed", False, repr(checks)[:80], None,
+                           "the synthesizer's checks are a list of dicts")]
+    return [dict(c) for c in checks if c.get("passed") is not True]
 
 
 

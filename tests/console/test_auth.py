@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql.console.app import FAILED_LOGIN, Console, _action, run_command
+from dpsql.console.actions import action, perform
+from dpsql.console.app import FAILED_LOGIN, Console
 from dpsql.console.auth import Logins, cookie, password_ok, same_token, set_cookie
-from dpsql.errors import AccessDenied
+from dpsql.errors import AccessDenied, DPSQLError
 from dpsql.server.auth import LoginBackoff
 from dpsql.services import open_store
 
@@ -76,20 +77,30 @@ def test_the_sql_password_is_checked(store_path: Path) -> None:
         assert not password_ok(store, b"s" * 32, "nobody", PASSWORDS["admin"])
 
 
-def test_form_values_stay_single_arguments() -> None:
-    args, back = _action("/grant", {"user": "alice --as admin", "dataset": "adult; rm x",
-                                    "epsilon": "1"})
-    assert back == "budgets"
-    assert args == ["budget", "grant", "--epsilon", "1", "--", "alice --as admin", "adult; rm x"]
-    assert shlex.split(shlex.join(args)) == args  # what CALL dpsql's code path splits
-    assert _action("/jobs/7/cancel", {}) == (["jobs", "cancel", "7"], "jobs")
-    assert _action("/nowhere", {})[0] is None
+def test_form_values_stay_single_arguments(store_path: Path) -> None:
+    chosen = action("/grant", {"user": "alice --as admin", "dataset": "adult; rm x",
+                               "epsilon": "1"})
+    assert chosen is not None
+    assert chosen.back == "budgets"
+    line = ["budget", "grant", "--epsilon", "1", "--", "alice --as admin", "adult; rm x"]
+    assert list(chosen.line) == line  # the audit row's command line
+    assert shlex.split(shlex.join(line)) == line
+    with dpsql.connect(store_path, "admin") as session:
+        with pytest.raises(DPSQLError):  # one user name, not a user and an option
+            perform(session, chosen)
+        assert "alice --as admin" not in str(session.budget())
+    cancel = action("/jobs/7/cancel", {})
+    assert cancel is not None
+    assert (cancel.line, cancel.back) == (("jobs", "cancel", "7"), "jobs")
+    assert action("/nowhere", {}) is None
 
 
 def test_an_analyst_cannot_run_a_command(store_path: Path) -> None:
+    chosen = action("/grant", {"user": "alice", "dataset": "adult", "epsilon": "5"})
+    assert chosen is not None
     with dpsql.connect(store_path, "alice") as session:
         with pytest.raises(AccessDenied, match="analyst"):
-            run_command(session, ["budget", "grant", "--epsilon", "5", "--", "alice", "adult"])
+            perform(session, chosen)
         last = session.ledger.audit("alice", last=1)[0]
     assert (last["action"], last["outcome"]) == ("admin_call", "refused")
     assert last["statement"].startswith("console: dpsql budget grant")

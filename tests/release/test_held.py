@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import dpsql
 from dpsql.errors import AccessDenied, QueryRejected, ReleaseError
 from dpsql.provenance import export
 from dpsql.synth import base
+
+from .test_cli import run
 
 COLUMNS = ["age", "sex", "race", "income_50k"]
 
@@ -101,3 +105,71 @@ def test_an_undeclared_or_malformed_check_fails_closed():
     passed = base.diagnostic("fine", True, 1, 1, "")
     malformed = {"check": "says nothing"}  # no "passed": never read as a pass
     assert base.failed_checks({"diagnostics": {"checks": [passed, malformed]}}) == [malformed]
+
+
+def test_the_cli_says_plainly_what_is_held_and_publishes_it(admin_session, release_store):
+    release_bad(admin_session)
+    admin_session.close()  # the CLI opens the store itself
+    shown = run("releases", "show", "bad", db=release_store)
+    assert shown.returncode == 0, shown.stderr
+    assert "NO: held from analysts, the fit failed a test check" in shown.stdout
+    listed = run("releases", "list", db=release_store)
+    assert "NO (held)" in listed.stdout
+    published = run("releases", "publish", "bad", "--json", db=release_store)
+    assert published.returncode == 0, published.stderr
+    assert json.loads(published.stdout)["table"] == "released.bad"
+    again = run("releases", "show", "bad", db=release_store)
+    assert "yes, by admin at" in again.stdout
+    assert "despite the failed a test check" in again.stdout
+    refused = run("releases", "publish", "bad", db=release_store)
+    assert refused.returncode != 0
+    assert "published already" in refused.stderr
+
+
+def test_no_name_of_another_release_is_taken_over_held_or_not(admin_session):
+    """--replace replaces a release of that name, never another release's table."""
+    admin_session.release("adult", synthesizer="with_products", epsilon=1, columns=COLUMNS,
+                          rows=20, name="w")
+    with pytest.raises(ReleaseError, match=r"released\.w_aggregates belongs to another"):
+        admin_session.release("adult", synthesizer="fails_checks", epsilon=1, columns=COLUMNS,
+                              rows=20, name="w_aggregates", replace=True)
+    release_bad(admin_session)
+    with pytest.raises(ReleaseError, match=r"held\.bad_aggregates belongs to another"):
+        admin_session.release("adult", synthesizer="independent", epsilon=1, columns=COLUMNS,
+                              rows=20, name="bad_aggregates", replace=True)
+    assert tables(admin_session, "released") == ["w", "w_aggregates"]
+    assert tables(admin_session, "held") == ["bad", "bad_aggregates"]
+    admin_session.publish("bad")  # still whole
+    assert tables(admin_session, "released") == ["bad", "bad_aggregates", "w", "w_aggregates"]
+
+
+def test_more_copies_of_a_held_release_stay_held_and_say_so(admin_session, release_store):
+    release_bad(admin_session)
+    more = admin_session.release_more("bad", 1, seed=1)
+    assert more.table == "held.bad"
+    assert more.held.startswith("unpublished")
+    assert admin_session.audit("admin", last=1)[0]["outcome"] == "held"
+    with dpsql.connect(release_store, "alice") as alice, \
+            pytest.raises(QueryRejected, match="no released table"):
+        free_count(alice, "bad")
+
+
+def test_the_sql_catalog_names_no_held_release(admin_session):
+    from dpsql.server.catalog import relations
+
+    release_bad(admin_session)  # held: bad, bad_aggregates
+    admin_session.release("adult", synthesizer="with_products", epsilon=1, columns=COLUMNS,
+                          rows=20, name="bad_b")  # its product starts with "bad_"
+    described = {r.name: r.description for r in relations(admin_session.store)
+                 if r.schema == "released"}
+    assert set(described) == {"bad_b", "bad_b_aggregates"}
+    assert described["bad_b_aggregates"] == \
+        "a DP product of release bad_b (see dpsql releases bad_b)"
+    assert "release bad " not in " ".join(described.values())
+
+
+@pytest.mark.parametrize("passed", ["false", "nan", 1, None])
+def test_a_check_passes_only_when_it_says_true(passed):
+    assert base.failed_checks({"diagnostics": {"checks": [{"check": "c", "passed": passed}]}})
+    assert base.failed_checks({"diagnostics": {"checks": "all good"}})[0]["check"] == \
+        "checks well formed"

@@ -27,7 +27,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dpsql.server.admin import socket_path
+from dpsql.server.admin import connect, receive, send, socket_path
 
 from ..test_cli import _read_until
 from .conftest import SERVER_POLICY, ServerProcess, make_store, serve_args, start_server
@@ -280,6 +280,30 @@ def test_a_call_names_no_other_store_user_or_file(served, store, tmp_path):
         assert conn.execute("CALL dpsql('jobs --json')").fetchall()  # its own store's jobs
     assert not out.exists()
     assert not (store.parent / "adult_syn_report").exists()
+
+
+def test_the_socket_runs_typed_operations_only(served, store):
+    """A request names an operation and its typed arguments: no argv, path or session."""
+    from dpsql.admin import budgets, wire
+
+    sock = connect(store)
+    assert sock is not None
+    with sock:
+        send(sock, {"op": "budget.show", "user": None, "args": {"user": "alice"}})
+        shown = wire.decode_result(budgets.show_budgets, receive(sock)["result"])
+        assert [b.user for b in shown.budgets] == ["alice"]
+        for request, refusal in (
+                ({"argv": ["budget", "show"]}, "no administrative operation"),
+                ({"op": "policy.check", "args": {"path": "/etc/passwd"}}, "no argument 'path'"),
+                ({"op": "budget.show", "args": {"session": None}}, "no argument 'session'"),
+                ({"op": "budget.show", "user": "nobody", "args": {}}, "nobody")):
+            send(sock, request)
+            reply = receive(sock)
+            assert reply is not None, request
+            assert "result" not in reply, request
+            assert refusal in reply["message"], (request, reply)
+        send(sock, {"op": "budget.show", "user": "alice", "args": {}})  # the connection goes on
+        assert "result" in receive(sock)
 
 
 def test_jobs_run_in_the_server(served, store):

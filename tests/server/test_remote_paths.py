@@ -15,12 +15,11 @@ import click
 import pytest
 
 import dpsql
-from dpsql.cli import _load_commands
-from dpsql.cli.common import CallerOption, LocalFile, LocalPath, cli
-from dpsql.errors import AccessDenied
+from dpsql.cli import _load_commands, cli
+from dpsql.commands.common import AdminCommand, CallerOption, LocalFile, LocalPath
+from dpsql.errors import AccessDenied, ConfigurationError
 from dpsql.imports import tables
 from dpsql.server import procedure
-from dpsql.server.admin import NOT_FORWARDED
 
 
 def commands(group: click.Group, words: tuple[str, ...] = ()
@@ -43,7 +42,7 @@ def command_lines(target: str) -> Iterator[str]:
     """A command line for each path parameter of each command, giving it ``target``."""
     _load_commands()
     for words, command in commands(cli):
-        if words[0] in NOT_FORWARDED:
+        if not isinstance(command, AdminCommand):  # the terminal's own (init, serve, shell)
             continue
         for param in path_parameters(command):
             args = list(words)
@@ -71,6 +70,15 @@ def admin_with_release(store_path: Path) -> Iterator[dpsql.Session]:
         admin.release("adult", synthesizer="independent", name="adult", epsilon=1, rows=50,
                       seed=1)
         yield admin
+
+
+def test_the_terminals_own_commands_do_not_run_remotely(admin_with_release):
+    _load_commands()
+    own = [words for words, command in commands(cli) if not isinstance(command, AdminCommand)]
+    assert {("init",), ("serve",), ("shell",), ("demo",)} <= set(own)
+    for words in own:
+        with pytest.raises(ConfigurationError, match="runs over SQL"):
+            procedure.call(admin_with_release, " ".join(words))
 
 
 def test_a_remote_caller_names_no_path_in_any_command(admin_with_release, store_path, tmp_path):

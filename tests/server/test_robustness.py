@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from dpsql.errors import AddressInUse
+from dpsql.imports import tables
 from dpsql.services import open_store
 
 from . import rawclient as raw
@@ -123,7 +124,7 @@ def test_sigterm_shuts_down_cleanly(tmp_path):
         conn.close()
     # The store is released: it opens for writing again.
     with open_store(store) as reopened:
-        assert reopened.tables() == ["adult"]
+        assert tables(reopened) == ["adult"]
 
 
 def test_a_busy_port_is_a_clear_error(store_path):

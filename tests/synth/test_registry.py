@@ -118,8 +118,10 @@ def test_a_missing_extra_is_named_and_the_synthesizer_is_not_available(monkeypat
 def test_the_listing_names_the_extra_to_install(monkeypatch) -> None:
     from click.testing import CliRunner
 
-    from dpsql.cli.release import releases_synthesizers
+    from dpsql.cli import _load_commands
+    from dpsql.commands.release import releases_synthesizers
 
+    _load_commands()  # the terminal's door runs the command
     monkeypatch.setattr(catalog, "_installed", lambda package: package not in ("jax", "mbi"))
     listed = json.loads(CliRunner().invoke(releases_synthesizers, ["--json"]).stdout)
     install = {r["name"]: r["install"] for r in listed}

@@ -1,35 +1,25 @@
-"""Terminal and JSON output for CLI commands."""
+"""Text for results: aligned tables, headings and JSON, the same on a terminal and over CALL.
+
+Pure functions of their arguments. Headings and table headers are styled (bold);
+a terminal door prints the style only to a terminal (``click.echo``), CALL's
+door strips it.
+"""
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Sequence
 from datetime import datetime
-from decimal import Decimal
-from fractions import Fraction
 from typing import Any
 
 import click
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat(timespec="seconds")
-    if isinstance(value, (Fraction, Decimal)):
-        return float(value)
-    if hasattr(value, "as_dict"):
-        return value.as_dict()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+from dpsql.admin.wire import plain
 
 
-def emit_json(data: Any) -> None:
-    """Print ``data`` as indented JSON on stdout."""
-    click.echo(json.dumps(_plain(data), indent=2, default=str))
+def json_text(data: Any) -> str:
+    """``data`` as the indented JSON a command prints with --json."""
+    return json.dumps(plain(data), indent=2, default=str)
 
 
 def cell(value: Any) -> str:
@@ -56,9 +46,9 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
                  for i, (v, w) in enumerate(zip(values, widths, strict=False))]
         return "  ".join(parts).rstrip()
 
-    head = click.style(line(list(headers)), bold=True) if sys.stdout.isatty() else line(headers)
     rule = "  ".join("-" * w for w in widths)
-    return "\n".join([head, rule, *(line(r) for r in text)])
+    return "\n".join([click.style(line(list(headers)), bold=True), rule,
+                      *(line(r) for r in text)])
 
 
 def arrow_table(data: Any) -> str:
@@ -74,5 +64,21 @@ def arrow_table(data: Any) -> str:
 
 
 def heading(text: str) -> str:
-    """A section title for terminal output."""
-    return click.style(text, bold=True) if sys.stdout.isatty() else text
+    """A section title."""
+    return click.style(text, bold=True)
+
+
+def warning(text: str) -> str:
+    """A warning line (for standard error)."""
+    return click.style("warning: ", fg="yellow", bold=True) + text
+
+
+def error(text: str) -> str:
+    """An error line (for standard error)."""
+    return click.style("error: ", fg="red", bold=True) + text
+
+
+def short(text: str, width: int) -> str:
+    """``text`` on one line, cut to ``width`` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,97 @@
+"""The console's actions: each form is one typed operation, run as the logged-in administrator.
+
+A form's values go to the operation as its typed arguments, whatever they hold
+(a user named ``alice --as admin`` is a user name, never an option). Every action
+is audited (action ``admin_call``, statement ``console: dpsql ...``: the command
+line that does the same) besides what the operation itself records; an analyst
+is refused and audited so.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import click
+
+from dpsql.commands.door import Text
+from dpsql.errors import AccessDenied
+from dpsql.ledger import Outcome
+from dpsql.session import Session
+
+_CANCEL = re.compile(r"^/jobs/(\d+)/cancel$")
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a form asks: the page to go back to, its command line, its operation."""
+
+    back: str
+    line: tuple[str, ...]  # the dpsql command that does the same (for the audit row)
+    run: Callable[[Session], Text]  # the operation, its result rendered
+
+
+def action(path: str, form: Mapping[str, str]) -> Action | None:
+    """The action of a form posted to ``path`` (None: no such action)."""
+    if path == "/grant":
+        return _grant(form.get("user", ""), form.get("dataset", ""), form.get("epsilon", ""))
+    if path == "/release":
+        return _release(form.get("dataset", ""), form.get("synthesizer", ""),
+                        form.get("epsilon", ""), form.get("name", ""))
+    match = _CANCEL.match(path)
+    if match:
+        return _cancel(int(match.group(1)))
+    return None
+
+
+def _grant(user: str, dataset: str, epsilon: str) -> Action:
+    def run(session: Session) -> Text:
+        from dpsql.admin.budgets import grant
+        from dpsql.commands.admin import grant_text
+
+        return grant_text(grant(session, user=user, dataset=dataset, epsilon=epsilon))
+
+    return Action("budgets", ("budget", "grant", "--epsilon", epsilon, "--", user, dataset), run)
+
+
+def _release(dataset: str, synthesizer: str, epsilon: str, name: str) -> Action:
+    def run(session: Session) -> Text:
+        from dpsql.admin.releases import submit_release
+        from dpsql.commands.release_text import submitted_text
+
+        return submitted_text(submit_release(session, dataset=dataset, synthesizer=synthesizer,
+                                             name=name, epsilon=epsilon).job)
+
+    return Action("jobs", ("release", "--synth", synthesizer, "--epsilon", epsilon, "--name",
+                           name, "--detach", "--", dataset), run)
+
+
+def _cancel(job: int) -> Action:
+    def run(session: Session) -> Text:
+        from dpsql.admin.jobs import cancel_job
+        from dpsql.commands.jobs import cancel_text
+
+        return cancel_text(cancel_job(session, job=job).job)
+
+    return Action("jobs", ("jobs", "cancel", str(job)), run)
+
+
+def perform(session: Session, chosen: Action) -> str:
+    """Run ``chosen`` as the session's administrator, audited; what it says, as plain text."""
+    statement = f"console: dpsql {shlex.join(chosen.line)}"
+    ledger = session.ledger
+    if not session.is_admin:
+        ledger.record(session.user, None, statement, Outcome.REFUSED, "not an administrator",
+                      action="admin_call")
+        raise AccessDenied(f"{session.user} is an analyst; the console runs administrator "
+                           "commands; ask an administrator")
+    try:
+        said = chosen.run(session)
+    except Exception as err:
+        ledger.record(session.user, None, statement, Outcome.FAILED,
+                      (str(err).splitlines() or [type(err).__name__])[0], action="admin_call")
+        raise
+    ledger.record(session.user, None, statement, Outcome.DONE, action="admin_call")
+    return "\n".join(click.unstyle(line) for line in said.out + said.err).strip()
