@@ -31,7 +31,7 @@ import psycopg
 from _common import peak_rss_mb, print_table, readme, shared_data
 
 import dpsql
-from dpsql.server import auth
+from dpsql import passwords
 from dpsql.server.server import Server, ServerConfig
 
 SAMPLE = Path(str(dpsql.__path__[0])) / "data" / "adult_sample.csv"
@@ -79,7 +79,7 @@ def make_store(directory: Path, sample: bool) -> Path:
     data = SAMPLE if sample else shared_data("adult", "adult.csv")
     path = directory / "bench.duckdb"
     store, _ = dpsql.init(path, policy, {"adult": data})
-    auth.set_password(store, "bench", PASSWORD)
+    passwords.set_password(store, "bench", PASSWORD)
     store.close()
     return path
 

@@ -32,7 +32,7 @@ import psycopg
 from _common import peak_rss_mb, print_table, readme
 
 import dpsql
-from dpsql.server import auth
+from dpsql import passwords
 
 SHARED = next((p / "shared" / "data" / "adult" / "adult.csv"
                for p in Path(__file__).resolve().parents
@@ -79,7 +79,7 @@ def make_store(directory: Path, sample: bool) -> Path:
     data = SAMPLE if sample or not SHARED.exists() else SHARED
     path = directory / "bench.duckdb"
     store, _ = dpsql.init(path, policy, {"adult": data})
-    auth.set_password(store, "bench", PASSWORD)
+    passwords.set_password(store, "bench", PASSWORD)
     store.close()
     return path
 

@@ -22,7 +22,8 @@ from dpsql.errors import (
 if TYPE_CHECKING:
     from dpsql.session import Session, connect, init
 
-__version__ = "0.1.0"
+from dpsql.version import __version__ as __version__  # re-exported
+
 _SESSION_NAMES = ("Session", "connect", "init")
 
 

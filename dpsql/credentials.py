@@ -1,7 +1,7 @@
 """Stored SQL passwords (``dpsql.credentials``): the table's one owner.
 
 Each row holds a user's SCRAM-SHA-256 verifier, never a password
-(:mod:`dpsql.server.auth` makes and checks them). A change is audited by the
+(:mod:`dpsql.passwords` makes and checks them). A change is audited by the
 ledger in its transaction. Logins read the table through :class:`Credentials`
 (a store service), once per change: a served store's commands run in the
 server's process, and every change goes through :func:`save` or :func:`remove`.

@@ -39,7 +39,8 @@ from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import DPSQLError, InternalError, QueryCanceled, ReleaseError
 from dpsql.ledger import Outcome, interrupt_open
 from dpsql.progress import Progress, silent
-from dpsql.release import Charged, MoreRequest, Release, ReleaseRequest, prepare
+from dpsql.release import Charged, MoreRequest, ReleaseRequest, prepare
+from dpsql.release.write import Release
 from dpsql.store import Store, Tables, now
 from dpsql.worker import Worker, WorkerFailed
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from dpsql.outside import Handling, Outside
     from dpsql.progress import Progress
     from dpsql.query.answer import Answer
-    from dpsql.release import MoreRequest, Release, ReleaseRequest
+    from dpsql.release import MoreRequest, ReleaseRequest
+    from dpsql.release.write import Release
 
 
 DOMAIN_READ = "not DP: an administrator checked the raw rows against the policy's domains"
@@ -235,7 +236,7 @@ class Session:
         See :func:`dpsql.release.publish`: the record keeps the failed checks and says
         who published it.
         """
-        from dpsql.release import publish
+        from dpsql.release.write import publish
 
         return publish(self.context(), name)
 

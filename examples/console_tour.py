@@ -33,7 +33,7 @@ from pathlib import Path
 import psycopg
 
 import dpsql
-from dpsql.server import auth
+from dpsql import passwords
 
 DATA = Path(str(resources.files("dpsql").joinpath("data")))
 PASSWORDS = {"admin": "admin-console-1", "alice": "alice-console-1"}
@@ -103,7 +103,7 @@ def main() -> None:
         db = Path(tmp) / "adult.duckdb"
         store, _ = dpsql.init(db, DATA / "adult.yaml", {"adult": DATA / "adult_sample.csv"})
         for user, password in PASSWORDS.items():  # what `dpsql user add USER` does
-            auth.set_password(store, user, password)
+            passwords.set_password(store, user, password)
         store.close()
 
         server, port, url = start(db)

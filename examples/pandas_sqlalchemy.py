@@ -23,13 +23,13 @@ import sqlalchemy as sa
 from psycopg_client import DATA, PASSWORD, serving  # the example next to this one
 
 import dpsql
-from dpsql.server import auth
+from dpsql import passwords
 
 
 def prepare(db: Path) -> None:
     """A store with the Adult sample, one released synthetic table and alice's password."""
     store, _ = dpsql.init(db, DATA / "adult.yaml", {"adult": DATA / "adult_sample.csv"})
-    auth.set_password(store, "alice", PASSWORD)  # what `dpsql user add alice` does
+    passwords.set_password(store, "alice", PASSWORD)  # what `dpsql user add alice` does
     store.close()
     with dpsql.connect(db, "admin") as admin:
         admin.release("adult", synthesizer="independent", name="adult_syn", epsilon=1,

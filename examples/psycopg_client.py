@@ -27,7 +27,7 @@ import pandas as pd
 import psycopg
 
 import dpsql
-from dpsql.server import auth
+from dpsql import passwords
 
 DATA = Path(str(resources.files("dpsql").joinpath("data")))
 PASSWORD = "alice-notebook-1"
@@ -65,7 +65,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "adult.duckdb"
         store, _ = dpsql.init(db, DATA / "adult.yaml", {"adult": DATA / "adult_sample.csv"})
-        auth.set_password(store, "alice", PASSWORD)  # what `dpsql user add alice` does
+        passwords.set_password(store, "alice", PASSWORD)  # what `dpsql user add alice` does
         store.close()
 
         with serving(db) as port:

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dpsql import passwords
 from dpsql.admin import operation
-from dpsql.server import auth  # the owner of dpsql.credentials (not the wire server)
 from dpsql.session import Session
 
 
@@ -30,10 +30,10 @@ class PasswordSet:
 
 @operation("user.add")
 def add_user(session: Session, *, name: str, password: str,
-             iterations: int = auth.DEFAULT_ITERATIONS) -> PasswordSet:
+             iterations: int = passwords.DEFAULT_ITERATIONS) -> PasswordSet:
     """Set (or replace) the SQL password of ``name``, a user of the active policy (admins only)."""
     session.require_admin("set SQL passwords")
-    auth.set_password(session.store, name, password, iterations=iterations)
+    passwords.set_password(session.store, name, password, iterations=iterations)
     return PasswordSet(name, session.store.path.stem)
 
 
@@ -53,7 +53,7 @@ class PasswordRemoved:
 def remove_user(session: Session, *, name: str) -> PasswordRemoved:
     """Remove ``name``'s SQL password: they can no longer connect (admins only)."""
     session.require_admin("remove SQL passwords")
-    return PasswordRemoved(name, auth.remove_user(session.store, name))
+    return PasswordRemoved(name, passwords.remove_user(session.store, name))
 
 
 @dataclass(frozen=True)
@@ -87,4 +87,4 @@ def list_users(session: Session) -> SqlUsers:
     session.require_admin("list SQL users")
     return SqlUsers([SqlUser(str(r["user"]), r["role"] if r["role"] is None else str(r["role"]),
                              r["created_at"])  # type: ignore[arg-type]
-                     for r in auth.list_users(session.store)])
+                     for r in passwords.list_users(session.store)])

@@ -208,7 +208,7 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
     from dpsql.errors import ReleaseError
     from dpsql.imports import table_columns
     from dpsql.ledger import Outcome
-    from dpsql.release import COPY_COLUMN
+    from dpsql.release.fit import COPY_COLUMN
     from dpsql.store import check_identifier
 
     session.require_admin("evaluate a release against the real data")

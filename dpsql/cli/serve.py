@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 
+from dpsql import passwords
 from dpsql.commands.common import cli, db_option
 from dpsql.errors import ConfigurationError
 from dpsql.files import OTHERS, runtime_dir, write_private
-from dpsql.server import auth
 
 PREFIX_VARIABLE = "DPSQL_CONSOLE_PREFIX"
 
@@ -154,7 +154,7 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
     written: list[Path] = []
 
     def ready(server: Server) -> None:
-        users = auth.list_users(server.store)
+        users = passwords.list_users(server.store)
         tls = "TLS required" if server.tls_context is not None and not allow_plaintext else \
             "TLS available" if server.tls_context is not None else "no TLS"
         click.echo(f"dpsql serve: listening on {host}:{server.port} for {db} ({tls}); "

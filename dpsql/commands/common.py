@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from dpsql import __version__
 from dpsql.commands.door import Door, terminal
 from dpsql.errors import AccessDenied, ConfigurationError
+from dpsql.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
 Flow = Callable[..., None]

@@ -8,7 +8,7 @@ from dpsql.commands import render
 from dpsql.commands.common import admin_command, cli, db_option, json_option
 from dpsql.commands.door import Door, Text
 from dpsql.errors import ConfigurationError
-from dpsql.server.auth import DEFAULT_ITERATIONS
+from dpsql.passwords import DEFAULT_ITERATIONS
 
 
 @cli.group()

@@ -35,8 +35,9 @@ from dpsql.console.auth import (
     set_cookie,
 )
 from dpsql.errors import ConfigurationError, DPSQLError
+from dpsql.passwords import load_verifier
 from dpsql.policies import active_policy
-from dpsql.server.auth import LoginBackoff, load_verifier
+from dpsql.server.logins import LoginBackoff
 from dpsql.session import Session
 from dpsql.store import Store
 

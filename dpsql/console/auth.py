@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
 
-from dpsql.server import auth
+from dpsql import passwords
 from dpsql.store import Store
 
 COOKIE = "dpsql_console"
@@ -29,7 +29,7 @@ class Login:
     user: str
     csrf: str
     expires: float
-    credential: auth.Verifier | None = None  # the SQL password's verifier it logged in with
+    credential: passwords.Verifier | None = None  # the SQL password's verifier it logged in with
     flash: str | None = None  # what the last action said, shown once on the next page
     error: str | None = None
 
@@ -43,7 +43,7 @@ class Logins:
         self.clock = clock
         self._open: dict[str, Login] = {}
 
-    def open(self, user: str, credential: auth.Verifier | None = None) -> tuple[str, Login]:
+    def open(self, user: str, credential: passwords.Verifier | None = None) -> tuple[str, Login]:
         """A new login for ``user``: its cookie token and the login."""
         token = secrets.token_urlsafe(32)
         login = Login(user, secrets.token_urlsafe(32), self.clock() + self.idle, credential)
@@ -101,6 +101,6 @@ def password_ok(store: Store, secret: bytes, user: str, password: str) -> bool:
     An unknown user is checked against a mock verifier, so that both take the
     same time, as the wire server's SCRAM login does.
     """
-    verifier = auth.load_verifier(store, user)
-    matches = (verifier or auth.mock_verifier(user, secret)).check(password)
+    verifier = passwords.load_verifier(store, user)
+    matches = (verifier or passwords.mock_verifier(user, secret)).check(password)
     return matches and verifier is not None

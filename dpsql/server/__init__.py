@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    """Import the server on first use: ``dpsql user`` needs only :mod:`dpsql.server.auth`."""
+    """Import the server on first use: importing the package loads no DuckDB or sockets."""
     if name in __all__:
         from dpsql.server import server
 

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
+from dpsql import passwords
 from dpsql.errors import DPSQLError, QueryCanceled
-from dpsql.server import auth, copyout
+from dpsql.server import copyout
 from dpsql.server import messages as m
 from dpsql.server.catalog import ConnectionCatalog
 from dpsql.server.pgcatalog import Client
@@ -140,7 +141,7 @@ class Connection:
 
         Until it has logged in, a connection holds one of the server's few login
         slots (not a client slot), which a newcomer may take when they are all
-        taken and this one waits (see :class:`~dpsql.server.auth.LoginSlots`); it
+        taken and this one waits (see :class:`~dpsql.server.logins.LoginSlots`); it
         must send each message within the login step timeout and finish within
         the login timeout.
         """
@@ -330,18 +331,18 @@ class Connection:
         """SCRAM-SHA-256 for ``user``: every proof is checked, a right one always gets in.
 
         Failures never refuse a login: a wrong proof is answered late (the pair's
-        and the address's :meth:`~dpsql.server.auth.LoginBackoff.delay`), and a
-        proof waits for its turn (:class:`~dpsql.server.auth.GuessGate`) at most
+        and the address's :meth:`~dpsql.server.logins.LoginBackoff.delay`), and a
+        proof waits for its turn (:class:`~dpsql.server.logins.GuessGate`) at most
         ``server.login_wait`` seconds. Once the salt is sent, an exchange that ends
         without a proof checked (the client left, stalled or broke the protocol)
         counts and is logged as a failure too, though it spends no turn (it guessed
         nothing, and must not slow the name's owner).
         """
         server = self.server
-        verifier, genuine = await self._run(auth.login_verifier, server.store, user,
+        verifier, genuine = await self._run(passwords.login_verifier, server.store, user,
                                             server.secret)
-        exchange = auth.ScramExchange(verifier, genuine=genuine)
-        self.writer.write(m.auth_sasl([auth.MECHANISM]))
+        exchange = passwords.ScramExchange(verifier, genuine=genuine)
+        self.writer.write(m.auth_sasl([passwords.MECHANISM]))
         await self.writer.drain()
         salted = checked = False
         try:
@@ -349,7 +350,7 @@ class Connection:
             if kind != b"p":
                 raise m.ProtocolViolation("expected a SASL response")
             mechanism, first = m.decode_sasl_initial(payload)
-            if mechanism != auth.MECHANISM:
+            if mechanism != passwords.MECHANISM:
                 raise m.ProtocolViolation("client selected an invalid SASL authentication "
                                           "mechanism")
             self.writer.write(m.auth_sasl_continue(exchange.first(first)))
@@ -361,7 +362,7 @@ class Connection:
             await self._turn(user)
             checked = True
             final = exchange.final(payload)
-        except auth.AuthFailed:
+        except passwords.AuthFailed:
             self._count_failure(user, "failed")
             if checked:  # a guess: it spends one of the name's turns
                 server.gate.spend(user)

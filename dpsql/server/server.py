@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
+from dpsql.passwords import login_secret
 from dpsql.server import procedure
 from dpsql.server.admin import AdminChannel
-from dpsql.server.auth import GuessGate, LoginBackoff, LoginSlots, login_secret
 from dpsql.server.catalog import CatalogSource
 from dpsql.server.connection import Connection
+from dpsql.server.logins import GuessGate, LoginBackoff, LoginSlots
 from dpsql.server.router import StatementHandler
 from dpsql.services import open_store
 from dpsql.session import Session, connect

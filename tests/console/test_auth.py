@@ -12,7 +12,7 @@ from dpsql.console.actions import action, perform
 from dpsql.console.app import FAILED_LOGIN, Console
 from dpsql.console.auth import Logins, cookie, password_ok, same_token, set_cookie
 from dpsql.errors import AccessDenied, DPSQLError
-from dpsql.server.auth import LoginBackoff
+from dpsql.server.logins import LoginBackoff
 from dpsql.services import open_store
 
 from ..server.conftest import PASSWORDS, make_store

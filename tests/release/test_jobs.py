@@ -21,7 +21,8 @@ from dpsql.engines.source import bounded_relation
 from dpsql.errors import AccessDenied, BudgetExceeded, QueryCanceled, ReleaseError
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import silent
-from dpsql.release import FitSpec, ReleaseRequest, fit_and_sample
+from dpsql.release import ReleaseRequest
+from dpsql.release.fit import FitSpec, fit_and_sample
 from dpsql.synth import base
 
 from .conftest import release_policy
@@ -222,7 +223,8 @@ def test_the_exported_source_holds_only_the_release_columns(admin_session, tmp_p
     """The worker's copy of the real rows: the domain's columns, not hidden or unlisted ones."""
     import pyarrow as pa
 
-    from dpsql.release import SOURCE_FILE, prepare
+    from dpsql.release import prepare
+    from dpsql.release.fit import SOURCE_FILE
 
     ctx = admin_session.context()
     charged = prepare(ctx, ReleaseRequest("adult", "independent", "exported", epsilon=0.5,
@@ -241,7 +243,8 @@ def test_the_exported_counts_expand_to_the_bounded_rows(admin_session, tmp_path)
     """
     import duckdb
 
-    from dpsql.release import SOURCE_FILE, expanded, prepare, read_arrow
+    from dpsql.release import prepare
+    from dpsql.release.fit import SOURCE_FILE, expanded, read_arrow
 
     ctx = admin_session.context()
     charged = prepare(ctx, ReleaseRequest("adult", "independent", "counted", epsilon=0.5,
@@ -260,7 +263,7 @@ def test_expansion_repeats_each_row_its_count_null_included():
     import duckdb
     import pyarrow as pa
 
-    from dpsql.release import expanded, weight_column
+    from dpsql.release.fit import expanded, weight_column
 
     assert weight_column(["a", "rows", "_rows"]) == "__rows"  # never a domain column
     counts = pa.table({"rows": ["x", None, "x"], "_rows": pa.array([2, 3, 1], pa.int64())})
@@ -273,7 +276,7 @@ def test_expansion_order_does_not_depend_on_the_order_groups_arrive_in():
     import duckdb
     import pyarrow as pa
 
-    from dpsql.release import expanded
+    from dpsql.release.fit import expanded
 
     counts = pa.table({"a": [3, 1, None, 2], "b": ["x", "y", "z", None],
                        "rows": pa.array([2, 1, 3, 2], pa.int64())})

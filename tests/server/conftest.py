@@ -20,7 +20,6 @@ import pytest
 
 import dpsql
 from dpsql.outside import Handling
-from dpsql.server import auth
 
 from ..conftest import ADULT_SAMPLE
 
@@ -66,7 +65,7 @@ def make_store(path: Path, policy_text: str = SERVER_POLICY, data: Path = ADULT_
     store, _ = dpsql.init(path, policy, {"adult": data}, outside=outside)
     try:
         for user, password in passwords.items():
-            auth.set_password(store, user, password)
+            passwords.set_password(store, user, password)
     finally:
         store.close()
     with dpsql.connect(path, "admin") as admin:

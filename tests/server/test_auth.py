@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
+from dpsql import passwords
 from dpsql.errors import ConfigurationError
-from dpsql.server import auth
+from dpsql.server import logins
 from dpsql.services import open_store
 from dpsql.store import Store
 
@@ -18,7 +19,7 @@ from .conftest import make_store
 def test_rfc7677_example_exchange():
     # RFC 7677 section 3: user "user", password "pencil".
     salt = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")
-    exchange = auth.ScramExchange(auth.Verifier.make("pencil", salt=salt), genuine=True)
+    exchange = passwords.ScramExchange(passwords.Verifier.make("pencil", salt=salt), genuine=True)
     exchange.first(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
     # Replay the RFC's server nonce to reproduce its proof and signature.
     exchange._nonce = "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0"
@@ -29,52 +30,52 @@ def test_rfc7677_example_exchange():
 
 
 def test_wrong_proof_and_mock_verifiers_fail():
-    exchange = auth.ScramExchange(auth.Verifier.make("pencil"), genuine=True)
+    exchange = passwords.ScramExchange(passwords.Verifier.make("pencil"), genuine=True)
     first = exchange.first(b"n,,n=,r=abc").decode()
     nonce = dict(p.split("=", 1) for p in first.split(","))["r"]
-    with pytest.raises(auth.AuthFailed):
+    with pytest.raises(passwords.AuthFailed):
         exchange.final(f"c=biws,r={nonce},p={base64.b64encode(b'x' * 32).decode()}".encode())
     # A correct proof against a mock verifier (unknown user) still fails.
-    mock = auth.ScramExchange(auth.mock_verifier("ghost", b"k" * 32), genuine=False)
+    mock = passwords.ScramExchange(passwords.mock_verifier("ghost", b"k" * 32), genuine=False)
     mock.first(b"n,,n=,r=abc")
-    with pytest.raises(auth.AuthFailed):
+    with pytest.raises(passwords.AuthFailed):
         mock.final(b"c=biws,r=wrong,p=AAAA")
 
 
 def test_mock_salt_is_stable_per_user_and_looks_real():
-    a, b = auth.mock_verifier("ghost", b"s" * 32), auth.mock_verifier("ghost", b"s" * 32)
-    c = auth.mock_verifier("other", b"s" * 32)
+    a, b = passwords.mock_verifier("ghost", b"s" * 32), passwords.mock_verifier("ghost", b"s" * 32)
+    c = passwords.mock_verifier("other", b"s" * 32)
     assert a.salt == b.salt != c.salt
-    assert len(a.salt) == auth.SALT_BYTES
-    assert a.iterations == auth.DEFAULT_ITERATIONS
+    assert len(a.salt) == passwords.SALT_BYTES
+    assert a.iterations == passwords.DEFAULT_ITERATIONS
 
 
 @pytest.mark.parametrize("header", [b"p=tls-server-end-point,,n=,r=x", b"x,,n=,r=x", b"n,,n="])
 def test_unsupported_gs2_headers_fail(header):
-    with pytest.raises(auth.AuthFailed):
-        auth.ScramExchange(auth.Verifier.make("pw"), genuine=True).first(header)
+    with pytest.raises(passwords.AuthFailed):
+        passwords.ScramExchange(passwords.Verifier.make("pw"), genuine=True).first(header)
 
 
 def test_verifier_format_is_postgres_compatible():
-    text = auth.Verifier.make("secret-pass", iterations=4096).encode()
+    text = passwords.Verifier.make("secret-pass", iterations=4096).encode()
     mechanism, params, keys = text.split("$")
     assert mechanism == "SCRAM-SHA-256"
     assert params.startswith("4096:")
     assert len(base64.b64decode(keys.split(":")[0])) == 32
-    parsed = auth.Verifier.parse(text)
+    parsed = passwords.Verifier.parse(text)
     assert parsed.check("secret-pass")
     assert not parsed.check("secret-pasS")
 
 
 def test_saslprep_maps_spaces_and_keeps_invalid_text():
-    assert auth.saslprep("I\u00adX") == "IX"  # soft hyphen is mapped to nothing
-    assert auth.saslprep("a\u00a0b") == "a b"  # non-ASCII space becomes a space
-    assert auth.saslprep("\u0007bell") == "\u0007bell"  # prohibited: the raw password is used
+    assert passwords.saslprep("I\u00adX") == "IX"  # soft hyphen is mapped to nothing
+    assert passwords.saslprep("a\u00a0b") == "a b"  # non-ASCII space becomes a space
+    assert passwords.saslprep("\u0007bell") == "\u0007bell"  # prohibited: the raw password is used
 
 
 def test_login_backoff_grows_per_user_and_address():
     now = [0.0]
-    backoff = auth.LoginBackoff(free=3, free_per_host=6, base=1, ceiling=8, hold_ceiling=4,
+    backoff = logins.LoginBackoff(free=3, free_per_host=6, base=1, ceiling=8, hold_ceiling=4,
                                 forget=100, clock=lambda: now[0])
     for _ in range(2):
         backoff.failed("eve", "10.0.0.1")
@@ -108,7 +109,7 @@ def test_made_up_names_never_refuse_a_known_user_at_their_address():
     # Issue 40: 56 failures under made-up names refused every user at the address, for
     # up to 5 minutes, with the right password. Now they only hold failures.
     now = [0.0]
-    backoff = auth.LoginBackoff(clock=lambda: now[0])
+    backoff = logins.LoginBackoff(clock=lambda: now[0])
     for i in range(56):
         backoff.failed(f"made-up-{i}", "10.0.0.9")
     assert backoff.wait("alice", "10.0.0.9") == 0
@@ -120,7 +121,7 @@ def test_made_up_names_never_refuse_a_known_user_at_their_address():
 
 
 def test_login_backoff_keeps_bounded_memory():
-    backoff = auth.LoginBackoff(capacity=100)
+    backoff = logins.LoginBackoff(capacity=100)
     for i in range(5000):
         backoff.failed(f"user{i}", f"10.0.{i % 7}.{i % 251}")
     assert len(backoff._failures) == 100
@@ -140,7 +141,7 @@ def test_a_newcomer_takes_the_slot_of_the_longest_idle_connection():
     # Red team F4: with every login slot taken by idle sockets (8 of them at 127.0.0.1, or
     # 64 over 127.0.0.2-9), each re-opened as soon as it was closed, every login was refused.
     clock = Clock()
-    slots = auth.LoginSlots(total=3, clock=clock)
+    slots = logins.LoginSlots(total=3, clock=clock)
     for pid in (1, 2, 3):  # idle sockets, all from one address
         assert slots.take(pid, "127.0.0.1") == []
         clock.now += 1
@@ -159,7 +160,7 @@ def test_a_newcomer_takes_the_slot_of_the_longest_idle_connection():
 
 def test_login_slots_drop_the_held_then_the_idle_never_the_servers_work():
     clock = Clock()
-    slots = auth.LoginSlots(total=4, grace=0.5, clock=clock)
+    slots = logins.LoginSlots(total=4, grace=0.5, clock=clock)
     for pid, state in ((1, slots.CLIENT), (2, slots.SERVER), (3, slots.CLIENT), (4, slots.HELD)):
         assert slots.take(pid, "10.0.0.1") == []
         slots.mark(pid, slots.SERVER)  # each spoke
@@ -187,7 +188,7 @@ def test_login_slots_drop_the_held_then_the_idle_never_the_servers_work():
 
 def test_the_gate_paces_the_failures_of_a_name():
     clock = Clock()
-    gate = auth.GuessGate(per_name=3, name_rate=2.0, clock=clock)
+    gate = logins.GuessGate(per_name=3, name_rate=2.0, clock=clock)
     for _ in range(3):
         assert gate.turn("frank") == 0
         gate.spend("frank")
@@ -200,7 +201,7 @@ def test_the_gate_paces_the_failures_of_a_name():
     assert gate.turn("frank") == 2.0
     clock.now += 100
     assert gate.turn("frank") == 0
-    small = auth.GuessGate(capacity=10)
+    small = logins.GuessGate(capacity=10)
     for i in range(100):
         small.spend(f"user{i}")
     assert len(small._buckets) == 10
@@ -208,7 +209,7 @@ def test_the_gate_paces_the_failures_of_a_name():
 
 def test_failures_are_answered_later_and_later_never_refused():
     clock = Clock()
-    backoff = auth.LoginBackoff(free=3, free_per_host=5, base=1, ceiling=4, hold_ceiling=4,
+    backoff = logins.LoginBackoff(free=3, free_per_host=5, base=1, ceiling=4, hold_ceiling=4,
                                 clock=clock)
     delays = []
     for _ in range(6):
@@ -226,16 +227,16 @@ def test_login_verifier_does_the_same_work_for_every_name(tmp_path, monkeypatch)
     # Red team F6: load_verifier read the policy for known names only (a timing gap).
     db = make_store(tmp_path / "s.duckdb")
     parsed: list[str] = []
-    real_parse = auth.Verifier.parse
+    real_parse = passwords.Verifier.parse
 
-    def parse(cls: type[auth.Verifier], text: str) -> auth.Verifier:
+    def parse(cls: type[passwords.Verifier], text: str) -> passwords.Verifier:
         parsed.append("parse")
         return real_parse(text)
 
-    monkeypatch.setattr(auth.Verifier, "parse", classmethod(parse))
+    monkeypatch.setattr(passwords.Verifier, "parse", classmethod(parse))
     with open_store(db) as store:
-        auth.remove_user(store, "erin")  # in the policy, without a password
-        secret = auth.login_secret(store)
+        passwords.remove_user(store, "erin")  # in the policy, without a password
+        secret = passwords.login_secret(store)
 
         def trace(lookup, *args, cold=False):
             if cold:  # the credentials are read from the store once per change
@@ -246,18 +247,19 @@ def test_login_verifier_does_the_same_work_for_every_name(tmp_path, monkeypatch)
             return calls, parsed[:]
 
         for cold in (True, False):
-            traces = {name: trace(auth.login_verifier, name, secret, cold=cold)
+            traces = {name: trace(passwords.login_verifier, name, secret, cold=cold)
                       for name in ("alice", "erin", "ghost")}
             assert traces["alice"] == traces["erin"] == traces["ghost"]
             assert traces["alice"][1] == ["parse"]
-        verifier, genuine = auth.login_verifier(store, "alice", secret)
+        verifier, genuine = passwords.login_verifier(store, "alice", secret)
         assert genuine
         assert verifier.check("alice-secret-1")
         for name in ("erin", "ghost"):
-            assert auth.login_verifier(store, name, secret) == (
-                auth.mock_verifier(name, secret), False)
+            assert passwords.login_verifier(store, name, secret) == (
+                passwords.mock_verifier(name, secret), False)
         # The console's lookup reads the same for every name too.
-        assert trace(auth.load_verifier, "alice")[0] == trace(auth.load_verifier, "ghost")[0]
+        load = passwords.load_verifier
+        assert trace(load, "alice")[0] == trace(load, "ghost")[0]
 
 
 class Recording:
@@ -312,18 +314,18 @@ def test_mock_verifiers_are_keyed_by_the_store_and_look_like_its_users(tmp_path)
     # changed across a restart while a real user's stayed.
     db = make_store(tmp_path / "s.duckdb")
     with open_store(db) as store:
-        secret = auth.login_secret(store)
+        secret = passwords.login_secret(store)
         assert secret != store.secret.encode()  # derived, not the sampling seed itself
-        ghost = auth.login_verifier(store, "ghost", secret)[0]
+        ghost = passwords.login_verifier(store, "ghost", secret)[0]
         for user in ("alice", "carol", "dave", "erin"):
-            auth.set_password(store, user, f"{user}-longer-pass", iterations=8192)
-        moved = auth.login_verifier(store, "ghost", secret)[0]
+            passwords.set_password(store, user, f"{user}-longer-pass", iterations=8192)
+        moved = passwords.login_verifier(store, "ghost", secret)[0]
     with open_store(db) as store:
-        assert auth.login_secret(store) == secret
+        assert passwords.login_secret(store) == secret
     (tmp_path / "other").mkdir()
     other = make_store(tmp_path / "other" / "s.duckdb")
     with open_store(other) as store:
-        assert auth.login_secret(store) != secret
+        assert passwords.login_secret(store) != secret
     assert (ghost.iterations, moved.iterations) == (4096, 8192)  # as most users' verifiers
     assert ghost.salt == moved.salt
 
@@ -331,16 +333,16 @@ def test_mock_verifiers_are_keyed_by_the_store_and_look_like_its_users(tmp_path)
 def test_credentials_in_the_store(tmp_path):
     db = make_store(tmp_path / "s.duckdb")
     with open_store(db) as store:
-        assert auth.load_verifier(store, "alice").check("alice-secret-1")
-        assert auth.load_verifier(store, "nobody") is None
+        assert passwords.load_verifier(store, "alice").check("alice-secret-1")
+        assert passwords.load_verifier(store, "nobody") is None
         with pytest.raises(ConfigurationError, match="no user 'nobody'"):
-            auth.set_password(store, "nobody", "long enough")
+            passwords.set_password(store, "nobody", "long enough")
         with pytest.raises(ConfigurationError, match="at least"):
-            auth.set_password(store, "alice", "short")
-        assert auth.remove_user(store, "alice")
-        assert not auth.remove_user(store, "alice")
-        assert auth.load_verifier(store, "alice") is None
-        users = {row["user"]: row["role"] for row in auth.list_users(store)}
+            passwords.set_password(store, "alice", "short")
+        assert passwords.remove_user(store, "alice")
+        assert not passwords.remove_user(store, "alice")
+        assert passwords.load_verifier(store, "alice") is None
+        users = {row["user"]: row["role"] for row in passwords.list_users(store)}
         assert users["admin"] == "admin"
         assert "alice" not in users
         stored = store.cursor().execute("SELECT verifier FROM dpsql.credentials").fetchall()
@@ -361,7 +363,7 @@ def test_user_commands(tmp_path):
     assert "erin" in listed.stdout
     assert "secret" not in listed.stdout
     with open_store(db) as store:
-        assert auth.load_verifier(store, "erin").check("erin-pass-123")
+        assert passwords.load_verifier(store, "erin").check("erin-pass-123")
     unknown = _cli("user", "add", "mallory", "--password-stdin", "--db", db, stdin="whatever123\n")
     assert unknown.returncode == 8
     assert "no user 'mallory'" in unknown.stderr
@@ -370,7 +372,7 @@ def test_user_commands(tmp_path):
     assert prompted.returncode == 0, prompted.stderr
     assert "do not match" in prompted.stderr + prompted.stdout
     with open_store(db) as store:
-        assert auth.load_verifier(store, "erin").check("second-pass")
+        assert passwords.load_verifier(store, "erin").check("second-pass")
     removed = _cli("user", "remove", "erin", "--db", db)
     assert removed.returncode == 0
     assert "removed" in removed.stdout

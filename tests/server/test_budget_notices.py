@@ -9,8 +9,8 @@ import psycopg
 import pytest
 
 import dpsql
+from dpsql import passwords
 from dpsql.privacy import WHY_RHO
-from dpsql.server import auth
 
 from ..conftest import ADULT_POLICY, ADULT_SAMPLE
 from .conftest import PASSWORDS, ServerProcess, serve_args, start_server
@@ -22,7 +22,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     path = tmp_path_factory.mktemp("zcdp") / "adult.duckdb"
     store, _ = dpsql.init(path, ADULT_POLICY, {"adult": ADULT_SAMPLE})
     try:
-        auth.set_password(store, "alice", PASSWORDS["alice"])
+        passwords.set_password(store, "alice", PASSWORDS["alice"])
     finally:
         store.close()
     with start_server(serve_args(Path(path))) as server:

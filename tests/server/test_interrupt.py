@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dpsql.server import auth
+from dpsql import passwords
 from dpsql.services import open_store
 
 from ..conftest import ENDLESS_FREE, SLOW_DP, slow_store
@@ -28,7 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     path = slow_store(tmp_path_factory.mktemp("slow") / "slow.duckdb")
     with open_store(path) as store:
         for user in ("alice", "bob", "carol"):
-            auth.set_password(store, user, PASSWORD)
+            passwords.set_password(store, user, PASSWORD)
     with start_server(serve_args(Path(path), "--workers", "2")) as running:
         yield running
 

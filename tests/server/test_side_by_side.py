@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 import dpsql
-from dpsql.server import auth
+from dpsql import passwords
 
 from ..conftest import ADULT_SAMPLE
 from ..waits import until
@@ -56,7 +56,7 @@ def _store(tmp_path: Path) -> Path:
     store, _ = dpsql.init(db, policy, {"adult": ADULT_SAMPLE})
     try:
         for user in ANALYSTS:
-            auth.set_password(store, user, f"{user}-secret-1")
+            passwords.set_password(store, user, f"{user}-secret-1")
     finally:
         store.close()
     return db
