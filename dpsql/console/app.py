@@ -37,7 +37,7 @@ from dpsql.console.auth import (
 from dpsql.errors import ConfigurationError, DPSQLError
 from dpsql.passwords import load_verifier
 from dpsql.policies import active_policy
-from dpsql.server.logins import LoginBackoff
+from dpsql.server.logins import GuessGate, LoginBackoff
 from dpsql.session import Session
 from dpsql.store import Store
 
@@ -88,8 +88,10 @@ class Console:
         self.open_session = open_session
         self.logins = Logins()
         self.backoff = LoginBackoff()
-        self.login_lock = threading.Lock()  # LoginBackoff is not thread-safe; requests are
+        self.gate = GuessGate()  # the pace of guesses of one name, over all addresses
+        self.login_lock = threading.Lock()  # neither is thread-safe; requests are
         self.failed_login_delay = 0.5  # seconds, at least, before a failed login is answered
+        self.login_wait = 10.0  # seconds a login waits at most for its name's turn
         self.httpd = _Server(("127.0.0.1", port), _handler(self))
         self.port = int(self.httpd.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}{self.root}"
@@ -110,15 +112,22 @@ class Console:
 
         Every failure says the same (:data:`FAILED_LOGIN`) and counts the same: an
         analyst's right password is refused exactly as a wrong one, so the console
-        tells nobody whether a password is right. A failure is answered after a
-        delay, longer when the address fails often (:meth:`LoginBackoff.hold`).
+        tells nobody whether a password is right. Failures never refuse a right
+        password, so nobody can lock an administrator out (everyone on the machine
+        shares 127.0.0.1): a guess waits for its name's turn (:class:`GuessGate`,
+        ``login_wait`` seconds at most, then it is checked anyway), and a failure is
+        answered after a delay, longer when the name or the address fails often
+        (:meth:`LoginBackoff.delay`).
         """
+        deadline = time.monotonic() + self.login_wait
+        while True:
+            with self.login_lock:
+                turn = self.gate.turn(user)
+            if turn <= 0 or time.monotonic() >= deadline:
+                break
+            time.sleep(min(turn, max(0.0, deadline - time.monotonic())))
         hold = 0.0
         with self.login_lock:
-            wait = self.backoff.wait(user, host)
-            if wait > 0:
-                raise ValueError(f"too many failed logins for {user!r} from this address; "
-                                 f"try again in {int(wait) + 1} s")
             principal = active_policy(self.store).users.get(user)
             admin = password_ok(self.store, self.secret, user, password) and \
                 principal is not None and principal.role == "admin"
@@ -126,7 +135,8 @@ class Console:
                 self.backoff.succeeded(user, host)
             else:
                 self.backoff.failed(user, host)
-                hold = max(self.failed_login_delay, self.backoff.hold(host))
+                self.gate.spend(user)
+                hold = max(self.failed_login_delay, self.backoff.delay(user, host))
         if not admin:
             log.warning("console: failed login for %r from %s", user, host)
             time.sleep(hold)

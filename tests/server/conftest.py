@@ -20,6 +20,7 @@ import pytest
 
 import dpsql
 from dpsql.outside import Handling
+from dpsql.passwords import set_password
 
 from ..conftest import ADULT_SAMPLE
 
@@ -65,7 +66,7 @@ def make_store(path: Path, policy_text: str = SERVER_POLICY, data: Path = ADULT_
     store, _ = dpsql.init(path, policy, {"adult": data}, outside=outside)
     try:
         for user, password in passwords.items():
-            passwords.set_password(store, user, password)
+            set_password(store, user, password)
     finally:
         store.close()
     with dpsql.connect(path, "admin") as admin:
