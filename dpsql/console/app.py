@@ -13,17 +13,16 @@ import contextlib
 import logging
 import re
 import secrets
-import socket
 import threading
 import time
-from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from dpsql.console import actions, pages, views
+from dpsql.console.admission import Server
 from dpsql.console.auth import (
     COOKIE,
     LOGIN_COOKIE,
@@ -46,9 +45,6 @@ MAX_FORM = 64 * 1024
 MAX_LINE = 8192  # bytes of a request line
 LINE_TIMEOUT = 5.0  # seconds a new connection has to send its request line
 READ_TIMEOUT = 10.0  # seconds a request below the prefix may stay silent (headers, body)
-MAX_CONNECTIONS = 32  # requests below the prefix served at once; more are answered 503
-MAX_WAITING = 64  # connections yet to send their request line (a thread each), in all
-MAX_WAITING_PER_ADDRESS = 16  # ... and from one client address
 FAILED_LOGIN = "wrong user name or password, or not an administrator of this store"
 HEADERS = {
     "Content-Type": "text/html; charset=utf-8",
@@ -92,7 +88,7 @@ class Console:
         self.login_lock = threading.Lock()  # neither is thread-safe; requests are
         self.failed_login_delay = 0.5  # seconds, at least, before a failed login is answered
         self.login_wait = 10.0  # seconds a login waits at most for its name's turn
-        self.httpd = _Server(("127.0.0.1", port), _handler(self))
+        self.httpd = Server(("127.0.0.1", port), _handler(self))
         self.port = int(self.httpd.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}{self.root}"
 
@@ -155,95 +151,6 @@ def _prefixed(target: str, prefix: str) -> str | None:
     return "/" + rest if secrets.compare_digest(head.encode(), prefix.encode()) else None
 
 
-class Waiting:
-    """Connections yet to send their request line: ``total`` in all, ``per_address`` an address.
-
-    Nothing shows the prefix before the request line, so strangers' idle sockets
-    live here, apart from the requests being served. A newcomer is never turned
-    away: the oldest waiting connection of its address (or, when all are taken,
-    of all) is dropped to make room. An admin's browser sends its request line at
-    once, so idle sockets, which can only ever be older, cannot keep it out.
-    """
-
-    def __init__(self, total: int, per_address: int) -> None:
-        self.total = total
-        self.per_address = per_address
-        self._order: OrderedDict[Any, str] = OrderedDict()  # connection -> address, oldest first
-        self._per_host: Counter[str] = Counter()
-        self._lock = threading.Lock()
-
-    def add(self, connection: Any, host: str) -> list[Any]:
-        """Let ``connection`` from ``host`` wait; the connections to drop to make room."""
-        with self._lock:
-            dropped = []
-            if self._per_host[host] >= self.per_address:
-                dropped.append(next(c for c, h in self._order.items() if h == host))
-                self._forget(dropped[-1])
-            if len(self._order) >= self.total:
-                dropped.append(next(iter(self._order)))
-                self._forget(dropped[-1])
-            self._order[connection] = host
-            self._per_host[host] += 1
-            return dropped
-
-    def remove(self, connection: Any) -> bool:
-        """``connection`` stops waiting; whether it was still waiting (not dropped)."""
-        with self._lock:
-            return self._forget(connection)
-
-    def drop_all(self) -> None:
-        """Drop every waiting connection (the console stops)."""
-        with self._lock:
-            waiting = list(self._order)
-            for connection in waiting:
-                self._forget(connection)
-        for connection in waiting:
-            _drop(connection)
-
-    def count(self, host: str | None = None) -> int:
-        """Connections waiting now, in all or from ``host``."""
-        with self._lock:
-            return len(self._order) if host is None else self._per_host[host]
-
-    def _forget(self, connection: Any) -> bool:
-        host = self._order.pop(connection, None)
-        if host is None:
-            return False
-        self._per_host[host] -= 1
-        if not self._per_host[host]:
-            del self._per_host[host]
-        return True
-
-
-def _drop(connection: socket.socket) -> None:
-    """End a connection another thread reads: its read returns at once, empty."""
-    with contextlib.suppress(OSError):
-        connection.shutdown(socket.SHUT_RDWR)
-
-
-class _Server(ThreadingHTTPServer):
-    """A thread per connection; at most ``MAX_CONNECTIONS`` serve requests below the prefix.
-
-    Idle or slow sockets would otherwise hold a thread each without end, until the
-    process (the SQL server's too) could start no more. A connection first waits
-    for its request line, briefly and among a bounded few (:class:`Waiting`); only
-    a request below the prefix then takes one of the serving slots (503 when they
-    are full), so a stranger, who does not know the prefix, cannot take them.
-    """
-
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        super().__init__(address, handler)
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.waiting = Waiting(MAX_WAITING, MAX_WAITING_PER_ADDRESS)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        for older in self.waiting.add(request, str(client_address[0])):
-            _drop(older)
-        super().process_request(request, client_address)
-
-
 def _handler(console: Console) -> type[BaseHTTPRequestHandler]:
     class Handler(_Handler):
         pass
@@ -272,7 +179,7 @@ class _Handler(BaseHTTPRequestHandler):
         """
         self.close_connection = True
         server = self.server
-        assert isinstance(server, _Server)
+        assert isinstance(server, Server)
         try:
             line = self.rfile.readline(MAX_LINE + 1)
         except OSError:  # silent too long, reset, or dropped for a newer connection

@@ -17,7 +17,7 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 
 import dpsql
-from dpsql.console import app
+from dpsql.console import admission, app
 from dpsql.errors import ConfigurationError
 from dpsql.services import open_store
 
@@ -199,9 +199,9 @@ def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     """A console with few slots, whose connections have ``line_timeout`` s for a request line."""
     monkeypatch.setattr(app, "LINE_TIMEOUT", line_timeout)
     monkeypatch.setattr(app, "READ_TIMEOUT", 1.0)
-    monkeypatch.setattr(app, "MAX_CONNECTIONS", 4)
-    monkeypatch.setattr(app, "MAX_WAITING", 8)
-    monkeypatch.setattr(app, "MAX_WAITING_PER_ADDRESS", 4)
+    monkeypatch.setattr(admission, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(admission, "MAX_WAITING", 8)
+    monkeypatch.setattr(admission, "MAX_WAITING_PER_ADDRESS", 4)
     path = make_store(tmp_path / "adult.duckdb")
     with open_store(path) as store:
         console = app.Console(store, b"s" * 32, lambda user: dpsql.connect(path, user))
@@ -266,10 +266,10 @@ def test_idle_sockets_cannot_starve_the_admin(patient: app.Console) -> None:
     # Issue 40: MAX_CONNECTIONS idle sockets sending "GET /" made the console answer 503.
     client = Client(patient.url)
     sockets = [idle(patient.port, source, b"GET /") for source in ("127.0.0.2", "127.0.0.1")
-               for _ in range(3 * app.MAX_CONNECTIONS)]
+               for _ in range(3 * admission.MAX_CONNECTIONS)]
     try:
-        eventually(lambda: patient.httpd.waiting.count() == app.MAX_WAITING)
-        assert patient.httpd.waiting.count("127.0.0.2") <= app.MAX_WAITING_PER_ADDRESS
+        eventually(lambda: patient.httpd.waiting.count() == admission.MAX_WAITING)
+        assert patient.httpd.waiting.count("127.0.0.2") <= admission.MAX_WAITING_PER_ADDRESS
         assert client.send("GET", "login")[0] == 200  # from 127.0.0.1, as the newest
         jar, _ = client.log_in()
         assert client.send("GET", "budgets", headers=jar)[0] == 200
@@ -282,8 +282,8 @@ def test_idle_connections_cannot_take_every_thread(patient: app.Console) -> None
     before = threading.active_count()
     sockets = [idle(patient.port, f"127.0.0.{2 + i % 5}") for i in range(40)]
     try:
-        eventually(lambda: patient.httpd.waiting.count() == app.MAX_WAITING)
-        eventually(lambda: threading.active_count() - before <= app.MAX_WAITING)  # not 40
+        eventually(lambda: patient.httpd.waiting.count() == admission.MAX_WAITING)
+        eventually(lambda: threading.active_count() - before <= admission.MAX_WAITING)  # not 40
         # The oldest waiting connections were closed to make room for newer ones.
         assert sum(sock.recv(100) == b"" for sock in sockets[:20]) == 20
     finally:
@@ -294,7 +294,7 @@ def test_idle_connections_cannot_take_every_thread(patient: app.Console) -> None
 
 
 def test_waiting_connections_are_capped_per_address() -> None:
-    waiting = app.Waiting(total=5, per_address=2)
+    waiting = admission.Waiting(total=5, per_address=2)
     assert waiting.add("a1", "10.0.0.1") == []
     assert waiting.add("a2", "10.0.0.1") == []
     assert waiting.add("b1", "10.0.0.2") == []
