@@ -134,9 +134,9 @@ def serve_cmd(db: str, host: str, port: int, tls_cert: Path | None, tls_key: Pat
       dpsql serve --db adult.duckdb --port 5433
       psql "host=127.0.0.1 port=5433 user=alice dbname=adult"
     """  # noqa: D301 (click needs a real \b)
-    from dpsql.sandbox import parse_size
     from dpsql.server.admin import refuse_if_served
     from dpsql.server.server import Server, ServerConfig, run
+    from dpsql.sizes import parse_size
 
     refuse_if_served(db, "dpsql serve already runs on this store (it is the store's owner)")
 

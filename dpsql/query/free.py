@@ -45,8 +45,9 @@ from dpsql.engines.interrupt import Interrupter
 from dpsql.provenance import live_versions
 from dpsql.public import SCHEMA as PUBLIC_SCHEMA
 from dpsql.query.released import free_name
-from dpsql.sandbox import Database, Sandboxes, mib
+from dpsql.sandbox import Database, Sandboxes
 from dpsql.sandboxed import open_file
+from dpsql.sizes import mib
 from dpsql.store import HARDENED_CONFIG, Store, install_udfs
 
 SCHEMA = "released"
