@@ -28,11 +28,11 @@ from query_overhead import QUERIES, build
 import dpsql
 from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
 from dpsql.ledger import Ledger, settled
-from dpsql.query import answer
+from dpsql.query import dp
 
 PARTS: list[tuple[Any, str, str]] = [
     (DuckDBEngine, "column_types", "types"), (DuckDBEngine, "enforced_bounds", "bounds"),
-    (answer, "_planned", "plan"), (DuckDBEngine, "prepare", "bind"),
+    (dp, "planned", "plan"), (DuckDBEngine, "prepare", "bind"),
     (Ledger, "charge", "charge"), (_DuckDBPrepared, "run", "aggregate"),
     (Ledger, "settle", "settle"),
 ]

@@ -4,7 +4,7 @@ Like a database's prepared-statement cache: the first time a user sends a text
 it is parsed, validated against the policy and planned; later arrivals from the
 same user under the same policy (fingerprint) reuse that plan while the
 dataset's table still has the column types it was planned with (read again on
-every query before it is used: see :func:`dpsql.query.answer._dp`).
+every query before it is used: see :func:`dpsql.query.dp.answer_dp`).
 Plans are per user, so how fast a text is answered says nothing of what other
 users asked. The generated SQL of a plan is kept on the entry per context
 (exact or noisy grid, bounds the database enforces), with its rendering once it

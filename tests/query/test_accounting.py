@@ -22,7 +22,7 @@ from dpsql.engines.base import EngineError
 from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
 from dpsql.mechanisms.additive import Noise
 from dpsql.privacy import PrivacyCost
-from dpsql.query import answer
+from dpsql.query import dp as dp_path
 from dpsql.session import Session
 from tests.conftest import ADULT_POLICY
 from tests.query.conftest import charges, with_budgets
@@ -264,7 +264,7 @@ def test_the_noise_is_drawn_after_the_query_runs_and_a_failed_draw_keeps_the_cha
         pure_adult.sql(sql)
     assert charges(pure_adult) == 3
     last = pure_adult.audit(last=1)[0]
-    assert (last["outcome"], last["reason"]) == ("failed", answer.FAILED_REASON)
+    assert (last["outcome"], last["reason"]) == ("failed", dp_path.FAILED_REASON)
 
 
 def test_a_refused_charge_ends_the_statements_snapshot(
@@ -364,7 +364,7 @@ def test_a_twin_that_saves_after_the_first_was_written_gets_its_numbers(
     # reaches its own save after that answer is written and no longer pending.
     sql = "SELECT race, COUNT(*) FROM adult GROUP BY race"
     first = pure_adult.sql(sql).table
-    real, missed = answer.cache.lookup, []
+    real, missed = dp_path.cache.lookup, []
 
     def late(store: object, key: str) -> object:  # the twin's look-up, before the first save
         if not missed:
@@ -372,7 +372,7 @@ def test_a_twin_that_saves_after_the_first_was_written_gets_its_numbers(
             return None
         return real(store, key)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(answer.cache, "lookup", late)
+    monkeypatch.setattr(dp_path.cache, "lookup", late)
     second = pure_adult.sql(sql)
     assert not second.cached
     assert charges(pure_adult) == 2  # it paid, as a twin may

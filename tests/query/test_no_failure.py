@@ -37,7 +37,7 @@ from dpsql.engines.base import EngineError
 from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
 from dpsql.imports import table_columns
 from dpsql.query import evaluate
-from dpsql.query.answer import FAILED_AFTER_CHARGE, FAILED_REASON
+from dpsql.query.dp import FAILED_AFTER_CHARGE, FAILED_REASON
 from dpsql.query.literals import Folder
 from dpsql.query.planner import plan_query
 from dpsql.query.predicates import RowChecker, _ends_with_escape

@@ -17,7 +17,7 @@ import dpsql
 from dpsql.mechanisms.additive import Noise
 from dpsql.policy import Column, Dataset
 from dpsql.privacy import PrivacyCost, epsilon_from_rho
-from dpsql.query import answer as answer_module
+from dpsql.query import dp as answer_module
 from dpsql.query.model import GroupKey, QueryPlan
 from dpsql.query.planner import plan_query
 from dpsql.query.selection import (

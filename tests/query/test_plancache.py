@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql.query import answer as answer_module
+from dpsql.query import dp as answer_module
 from dpsql.query.answer import Answer
 from tests.conftest import ADULT_POLICY
 
