@@ -24,7 +24,7 @@ import yaml
 from _common import peak_rss_mb, print_table, readme
 
 import dpsql
-from dpsql.ledger import settled
+from dpsql.ledger.books import settled
 
 SQL = "SELECT race, sex, COUNT(*) FROM adult GROUP BY race, sex"
 

@@ -27,7 +27,8 @@ from query_overhead import QUERIES, build
 
 import dpsql
 from dpsql.engines.local import DuckDBEngine, _DuckDBPrepared
-from dpsql.ledger import Ledger, settled
+from dpsql.ledger import Ledger
+from dpsql.ledger.books import settled
 from dpsql.query import dp
 
 PARTS: list[tuple[Any, str, str]] = [

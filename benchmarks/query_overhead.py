@@ -41,7 +41,7 @@ import yaml
 from _common import median_time, peak_rss_mb, print_table, readme, span
 
 import dpsql
-from dpsql.ledger import settled
+from dpsql.ledger.books import settled
 from dpsql.services import open_store
 
 # name -> the DP query, and the plain query it is timed against when they differ.

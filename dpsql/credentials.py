@@ -16,7 +16,8 @@ from datetime import datetime
 import duckdb
 
 from dpsql.errors import ConfigurationError
-from dpsql.ledger import Ledger, Outcome
+from dpsql.ledger import Ledger
+from dpsql.outcomes import Outcome
 from dpsql.policies import active_policy
 from dpsql.store import Store, Tables, now
 

@@ -251,7 +251,7 @@ def draft_table(session: Session, table: str, *, dataset: str | None = None,
     """Draft a policy for a sensitive table of a store (admins only; audited: not DP)."""
     from dpsql.domain import quote
     from dpsql.imports import tables
-    from dpsql.ledger import Outcome
+    from dpsql.outcomes import Outcome
     from dpsql.store import check_identifier
 
     session.require_admin("draft a policy from the raw rows")

@@ -37,7 +37,8 @@ from dpsql import scratch
 from dpsql.context import Context
 from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import DPSQLError, InternalError, QueryCanceled, ReleaseError
-from dpsql.ledger import Outcome, interrupt_open
+from dpsql.ledger.books import interrupt_open
+from dpsql.outcomes import Outcome
 from dpsql.progress import Progress, silent
 from dpsql.release import Charged, MoreRequest, ReleaseRequest, prepare
 from dpsql.release.write import Release

@@ -23,7 +23,8 @@ import duckdb
 
 from dpsql.errors import PolicyError, StoreError
 from dpsql.imports import table_columns
-from dpsql.ledger import Ledger, Outcome, recorded_datasets
+from dpsql.ledger import Ledger, recorded_datasets
+from dpsql.outcomes import Outcome
 from dpsql.policy import Dataset, Policy, did_you_mean
 from dpsql.public import load_public_tables
 from dpsql.store import Store, Tables, now

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpsql import answers, credentials, jobs, ledger, policies, provenance, store
+from dpsql import answers, credentials, jobs, policies, provenance, store
 from dpsql.answers import AnswerCache
 from dpsql.credentials import Credentials
 from dpsql.jobs import Jobs
-from dpsql.ledger import Books
+from dpsql.ledger import books
+from dpsql.ledger.books import Books
 from dpsql.policies import PolicyVersions
 from dpsql.query.free import FreeDatabase
 from dpsql.query.plancache import PlanCache
@@ -26,7 +27,7 @@ from dpsql.sandbox import Sandboxes
 from dpsql.store import Store, Tables
 
 #: The owners of the store's tables: the store's own first, recoveries in this order.
-OWNERS: tuple[Tables, ...] = (store.TABLES, policies.TABLES, ledger.TABLES, answers.TABLES,
+OWNERS: tuple[Tables, ...] = (store.TABLES, policies.TABLES, books.TABLES, answers.TABLES,
                               provenance.TABLES, credentials.TABLES, jobs.TABLES)
 
 

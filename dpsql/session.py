@@ -17,7 +17,8 @@ from dpsql.engines.base import Links
 from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import AccessDenied, ConfigurationError
 from dpsql.imports import IMPORT_LIMITS, import_table, table_columns
-from dpsql.ledger import Budget, Ledger, Outcome
+from dpsql.ledger import Budget, Ledger
+from dpsql.outcomes import Outcome
 from dpsql.policies import active_policy, apply_policy, check_policy
 from dpsql.policy import Dataset, Policy, User
 from dpsql.privacy import Number, PrivacyCost

@@ -13,7 +13,7 @@ import pytest
 
 import dpsql
 from dpsql.errors import AccessDenied, BudgetExceeded, PolicyError
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.privacy import PrivacyCost
 
 from .conftest import policy_text
@@ -319,7 +319,7 @@ def test_refusals_are_recorded_before_the_refusal_returns(store_path):
 
 def test_an_interrupted_charge_is_counted_from_the_ledger(make_store, monkeypatch):
     """Interrupted inside its transaction, a charge rolls back: nothing counted, no id lost."""
-    from dpsql import ledger as ledger_module
+    from dpsql.ledger import books as ledger_module
 
     path = make_store(policy_text())
     with dpsql.connect(path, "alice") as alice:

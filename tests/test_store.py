@@ -16,7 +16,7 @@ from dpsql import store as store_tables
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.imports import IMPORT_LIMITS, import_table, normalize_name, table_columns, tables
 from dpsql.jobs import JobState
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.outside import DomainError
 from dpsql.policies import active_policy, check_policy, policy_history
 from dpsql.policy import Policy

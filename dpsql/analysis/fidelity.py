@@ -207,7 +207,7 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
     from dpsql.engines.source import bounded_sql
     from dpsql.errors import ReleaseError
     from dpsql.imports import table_columns
-    from dpsql.ledger import Outcome
+    from dpsql.outcomes import Outcome
     from dpsql.release.fit import COPY_COLUMN
     from dpsql.store import check_identifier
 

@@ -18,7 +18,7 @@ import click
 
 from dpsql.commands.door import Text
 from dpsql.errors import AccessDenied
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.session import Session
 
 _CANCEL = re.compile(r"^/jobs/(\d+)/cancel$")

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dpsql.console import pages
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.policies import policy_history
 from dpsql.privacy import PrivacyCost
 from dpsql.session import Session

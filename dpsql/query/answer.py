@@ -33,7 +33,7 @@ from sqlglot import exp
 from dpsql.context import Context
 from dpsql.engines.local import DuckDBEngine
 from dpsql.errors import ConfigurationError, QueryRejected
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.query import meta
 from dpsql.query.call import Answer, Call
 from dpsql.query.dialect import nested_too_deeply, reject

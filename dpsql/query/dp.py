@@ -21,7 +21,7 @@ from sqlglot import exp
 from dpsql import public
 from dpsql.engines.base import EngineError, Prepared
 from dpsql.errors import InternalError, QueryCanceled
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.policy import Dataset
 from dpsql.privacy import PrivacyCost, figure
 from dpsql.query import cache, meta

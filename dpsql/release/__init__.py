@@ -45,7 +45,7 @@ from dpsql.errors import (
     PolicyError,
     ReleaseError,
 )
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.policies import dataset_columns
 from dpsql.policy import Dataset
 from dpsql.privacy import Number, PrivacyCost

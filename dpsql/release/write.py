@@ -23,7 +23,7 @@ from dpsql.errors import (
     ReleaseError,
 )
 from dpsql.imports import table_columns
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.policy import Dataset
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress

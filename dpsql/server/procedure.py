@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from dpsql.commands.door import Bar, Door, NoBar, Writer
 from dpsql.errors import AccessDenied, ConfigurationError, DPSQLError
-from dpsql.ledger import Outcome
+from dpsql.outcomes import Outcome
 from dpsql.server.router import StatementHandler
 from dpsql.server.sqltext import strip_comments
 from dpsql.session import Session

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dpsql
 from dpsql.answers import cache_share
-from dpsql.ledger import settled
+from dpsql.ledger.books import settled
 
 from ..conftest import policy_text
 
