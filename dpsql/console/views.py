@@ -99,7 +99,9 @@ def releases(session: Session, csrf: str) -> str:
             f'<a href="releases/{quote(name)}">{escape(name)}</a>'
         rows.append([link, r["dataset"], r["synthesizer"], r["privacy"], f"{rec['rows']:,}",
                      rec["copies"], cost_text(rec["cost"]["charged"]), r["released_by"],
-                     f"{r['released_at']:%Y-%m-%d %H:%M}", r["superseded_by"] or ""])
+                     f"{r['released_at']:%Y-%m-%d %H:%M}",
+                     "yes" if rec.get("published", True) else "NO (held: its fit failed)",
+                     r["superseded_by"] or ""])
     allowed = sorted({s for ds in policy.datasets.values() for s in ds.synthesizers})
     why = {s: unavailable(s) for s in allowed}  # declarations only: no synthesizer imported
     form = ('<form method="post" action="release"><fieldset><legend>Release a synthetic table'
@@ -111,7 +113,7 @@ def releases(session: Session, csrf: str) -> str:
             + "".join(f"<p>{escape(s)} cannot run here: {escape(w)}</p>"
                       for s, w in why.items() if w is not None))
     headers = ["name", "dataset", "synthesizer", "privacy", "rows", "copies", "cost", "by",
-               "at", "superseded by"]
+               "at", "published", "superseded by"]
     return (pages.table(rows, headers, raw=0) if rows else "<p>no releases yet</p>") + form
 
 

@@ -173,3 +173,14 @@ def test_a_check_passes_only_when_it_says_true(passed):
     assert base.failed_checks({"diagnostics": {"checks": [{"check": "c", "passed": passed}]}})
     assert base.failed_checks({"diagnostics": {"checks": "all good"}})[0]["check"] == \
         "checks well formed"
+
+
+def test_the_console_lists_a_held_release_as_unpublished(admin_session):
+    from dpsql.console import views
+
+    release_bad(admin_session)
+    page = views.releases(admin_session, "csrf-token")
+    assert "<th>published</th>" in page
+    assert "NO (held: its fit failed)" in page
+    shown = views.release(admin_session, "bad")
+    assert "NO: held from analysts, the fit failed a test check" in shown
