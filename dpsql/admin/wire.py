@@ -23,6 +23,8 @@ from typing import Any
 
 from dpsql.errors import ConfigurationError, DPSQLError
 
+#: The plain JSON types a value may be decoded as, exactly (see :func:`_scalar`).
+SCALARS = (bool, int, float, str)
 #: Parameters the caller's side supplies itself and never sends (see :func:`encode_arguments`).
 LOCAL_PARAMETERS = ("session", "progress")
 
@@ -75,6 +77,9 @@ def decode(kind: Any, data: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         return _decode_union(typing.get_args(kind), data)
     if origin is typing.Literal:
+        if data not in typing.get_args(kind):
+            raise ConfigurationError(f"the admin channel: {data!r} is not one of "
+                                     f"{', '.join(map(repr, typing.get_args(kind)))}")
         return data
     if origin in (list, tuple, dict) or kind in (list, tuple, dict):
         return _decode_container(origin or kind, typing.get_args(kind), data)
@@ -86,8 +91,8 @@ def decode(kind: Any, data: Any) -> Any:
         return date.fromisoformat(data)
     if kind is bytes:
         return base64.b64decode(data)
-    if kind in (int, float, str, bool):
-        return kind(data)
+    if kind in SCALARS:
+        return _scalar(kind, data)
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
         hints = typing.get_type_hints(kind)
         return kind(**{f.name: decode(hints[f.name], data[f.name])
@@ -103,10 +108,24 @@ def _decode_union(options: tuple[Any, ...], data: Any) -> Any:
     for option in options:  # a plain value is the option of its own type
         if option in (bool, int, float, str) and type(data) is option:
             return data
-    chosen = [o for o in options if o is not type(None) and o not in (bool, int, float, str)]
-    if not chosen:  # an int where only float is allowed, and the like
-        return data
+    chosen = [o for o in options if o is not type(None) and o not in SCALARS]
+    if not chosen:  # an int where only float is allowed, or a value of no option's type
+        return _scalar(float if float in options else options[0], data)
     return decode(chosen[0], data)
+
+
+def _scalar(kind: type, data: Any) -> Any:
+    """``data`` as the plain type ``kind``, exactly: JSON's own types only (an int for a float).
+
+    ``bool("false")`` is True and ``int(True)`` is 1: nothing is converted but an
+    integer to a float, and any other mismatch is refused.
+    """
+    if kind is float and type(data) in (int, float):
+        return float(data)
+    if type(data) is not kind:
+        raise ConfigurationError(f"the admin channel: expected {kind.__name__}, got "
+                                 f"{type(data).__name__}")
+    return data
 
 
 def _decode_container(origin: Any, args: tuple[Any, ...], data: Any) -> Any:

@@ -296,7 +296,8 @@ def grant_text(granted: Granted) -> Text:
 @admin_command(cli, "audit")
 @db_option
 @click.option("--user", default=None, help="Only requests by this user.")
-@click.option("--last", type=click.IntRange(min=1), default=None, help="Only the last N entries.")
+@click.option("--last", type=click.IntRange(min=1, max=2**63 - 1), default=None,
+              help="Only the last N entries.")
 @as_option
 @json_option
 def audit_cmd(door: Door, db: str, user: str | None, last: int | None, actor: str | None,

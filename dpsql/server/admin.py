@@ -212,7 +212,7 @@ class Caller:
         while True:
             try:
                 message = receive(self.conn)
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):  # a frame nested past any use
                 message = None
             if message is None:
                 self.events.put(("closed", None))

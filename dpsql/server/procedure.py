@@ -181,8 +181,19 @@ def _run(door: SqlDoor, args: list[str], session: Session) -> None:
         raise ConfigurationError(f"CALL dpsql: {err.format_message()}") from err
 
 
+#: The longest command line CALL dpsql splits (a real one is a few hundred characters).
+MAX_COMMAND = 64 * 1024
+
+
 def _arguments(command: str) -> list[str]:
-    """The command line, split as a shell would (the command checks its options)."""
+    """The command line, split as a shell would (the command checks its options).
+
+    A line over :data:`MAX_COMMAND` is refused unsplit: splitting is pure Python
+    that no statement timeout or cancel stops.
+    """
+    if len(command) > MAX_COMMAND:
+        raise ConfigurationError(f"CALL dpsql: the command is {len(command):,} characters long; "
+                                 f"at most {MAX_COMMAND:,} are read")
     try:
         return shlex.split(command)
     except ValueError as err:

@@ -248,6 +248,9 @@ def test_admin_call_over_the_wire(served, store):
         with pytest.raises(psycopg.Error) as wrong_user:
             conn.execute("CALL dpsql('budget grant dave adult --epsilon 1 --as alice')")
         assert "drop --as" in str(wrong_user.value)
+        with pytest.raises(psycopg.Error) as too_long:  # refused before any pure-Python split
+            conn.execute(f"CALL dpsql('releases show {'a' * 70_000}')")
+        assert "at most 65,536 are read" in str(too_long.value)
     with psycopg.connect(served.dsn("alice"), autocommit=True) as conn, \
             pytest.raises(psycopg.Error) as refused:
         conn.execute("CALL dpsql('budget grant alice adult --epsilon 100')")
@@ -296,7 +299,11 @@ def test_the_socket_runs_typed_operations_only(served, store):
                 ({"argv": ["budget", "show"]}, "no administrative operation"),
                 ({"op": "policy.check", "args": {"path": "/etc/passwd"}}, "no argument 'path'"),
                 ({"op": "budget.show", "args": {"session": None}}, "no argument 'session'"),
-                ({"op": "budget.show", "user": "nobody", "args": {}}, "nobody")):
+                ({"op": "budget.show", "user": "nobody", "args": {}}, "nobody"),
+                # a value of the wrong JSON type is refused, not converted (bool("false"))
+                ({"op": "release.list", "args": {"include_superseded": "false"}},
+                 "expected bool, got str"),
+                ({"op": "audit", "args": {"last": "5"}}, "expected int, got str")):
             send(sock, request)
             reply = receive(sock)
             assert reply is not None, request
@@ -304,6 +311,18 @@ def test_the_socket_runs_typed_operations_only(served, store):
             assert refusal in reply["message"], (request, reply)
         send(sock, {"op": "budget.show", "user": "alice", "args": {}})  # the connection goes on
         assert "result" in receive(sock)
+    deep = connect(store)  # a frame nested past any use ends its connection, and no more
+    assert deep is not None
+    with deep:
+        body = b"[" * 200_000 + b"]" * 200_000
+        deep.sendall(struct.pack(">I", len(body)) + body)
+        deep.settimeout(60)
+        assert receive(deep) is None  # closed, not left hanging
+    again = connect(store)
+    assert again is not None
+    with again:
+        send(again, {"op": "budget.show", "user": "alice", "args": {}})
+        assert "result" in receive(again)
 
 
 def test_jobs_run_in_the_server(served, store):
