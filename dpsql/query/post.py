@@ -79,8 +79,8 @@ def aggregate_columns(plan: QueryPlan, noisy: list[np.ndarray], noises: tuple[Me
             value = np.maximum(value, 0)
             low = None if low is None else np.maximum(low, 0)
             high = None if high is None else np.maximum(high, 0)
-        ceiling = distinct_ceiling(plan.dataset.column(agg.column or "")) \
-            if agg.func == "count_distinct" else None
+        column = plan.dataset.columns.get(agg.column or "")
+        ceiling = distinct_ceiling(column) if agg.func == "count_distinct" and column else None
         if ceiling is not None:
             value = np.minimum(value, ceiling)
             low = None if low is None else np.minimum(low, ceiling)
