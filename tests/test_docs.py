@@ -248,7 +248,8 @@ def test_untagged_blocks_are_not_code() -> None:
 
 
 def test_every_info_string_is_known() -> None:
-    unknown = [(b.name, b.lang) for b in ALL if b.lang and b.lang not in RUN | {"text"}]
+    # ```layers is data: tests/test_architecture.py reads docs/architecture.md's floors there
+    unknown = [(b.name, b.lang) for b in ALL if b.lang and b.lang not in RUN | {"text", "layers"}]
     assert not unknown
 
 
