@@ -29,9 +29,11 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dpsql.errors import ConfigurationError
+from dpsql.errors import AccessDenied, ConfigurationError
+from dpsql.outcomes import Outcome
 
 if TYPE_CHECKING:
+    from dpsql.session import Session
     from dpsql.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -75,6 +77,18 @@ def names() -> list[str]:
     """Every operation's name, sorted."""
     _load()
     return sorted(_by_name)
+
+
+def require_admin_call(session: Session, statement: str, door: str) -> None:
+    """Refuse an analyst a remote door's administrator command, audited as ``admin_call``.
+
+    ``door`` names what runs administrator commands (``CALL dpsql(...)``, "the console").
+    """
+    if not session.is_admin:
+        session.ledger.record(session.user, None, statement, Outcome.REFUSED,
+                              "not an administrator", action="admin_call")
+        raise AccessDenied(f"{session.user} is an analyst; {door} runs administrator "
+                           "commands; ask an administrator")
 
 
 def default_user(store: Store) -> str:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import click
 
+from dpsql.admin import require_admin_call
 from dpsql.commands.door import Text
-from dpsql.errors import AccessDenied
 from dpsql.outcomes import Outcome
 from dpsql.session import Session
 
@@ -81,12 +81,8 @@ def _cancel(job: int) -> Action:
 def perform(session: Session, chosen: Action) -> str:
     """Run ``chosen`` as the session's administrator, audited; what it says, as plain text."""
     statement = f"console: dpsql {shlex.join(chosen.line)}"
+    require_admin_call(session, statement, "the console")
     ledger = session.ledger
-    if not session.is_admin:
-        ledger.record(session.user, None, statement, Outcome.REFUSED, "not an administrator",
-                      action="admin_call")
-        raise AccessDenied(f"{session.user} is an analyst; the console runs administrator "
-                           "commands; ask an administrator")
     try:
         said = chosen.run(session)
     except Exception as err:

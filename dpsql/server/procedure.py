@@ -29,6 +29,7 @@ from typing import Any
 import click
 import pyarrow as pa
 
+from dpsql.admin import require_admin_call
 from dpsql.commands.door import Bar, Door, NoBar, Writer
 from dpsql.errors import AccessDenied, ConfigurationError, DPSQLError
 from dpsql.outcomes import Outcome
@@ -135,12 +136,8 @@ def call(session: Session, command: str, statement: str | None = None) -> CallAn
     ``statement`` is what the audit row records (default: the CALL itself).
     """
     statement = statement or f"CALL dpsql('{command}')"
+    require_admin_call(session, statement, "CALL dpsql(...)")
     ledger = session.ledger
-    if not session.is_admin:
-        ledger.record(session.user, None, statement, Outcome.REFUSED, "not an administrator",
-                      action="admin_call")
-        raise AccessDenied(f"{session.user} is an analyst; CALL dpsql(...) runs administrator "
-                           "commands; ask an administrator")
     door = SqlDoor(session)
     args: list[str] = []
     try:
