@@ -35,7 +35,9 @@ import pyarrow as pa
 from _common import print_table, readme
 
 import dpsql
+from dpsql.query.free import FREE as FREE_DATABASE
 from dpsql.query.free import FREE_CONFIG
+from dpsql.sandbox import SANDBOXES
 from dpsql.server import pgcatalog
 from dpsql.server.catalog import CATALOG_LIMITS, CatalogSource, relations
 from dpsql.services import open_store
@@ -81,7 +83,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, open_store(build(Path(tmp), args.rows)) as store:
-        free = store.services.free
+        free = store[FREE_DATABASE]
         source = CatalogSource(store)
         local_catalog = duckdb.connect(":memory:", config={**HARDENED_CONFIG, **CATALOG_LIMITS})
         pgcatalog.build_shared(local_catalog, relations(store))
@@ -107,7 +109,7 @@ def main() -> None:
             local.close()
         local_catalog.close()
         print(f"{args.runs} runs each, interleaved; released table of {args.rows:,} rows; "
-              f"{len(store.services.sandboxes.pids())} sandbox(es); load average "
+              f"{len(store[SANDBOXES].pids())} sandbox(es); load average "
               f"{os.getloadavg()[0]:.2f}")
         print_table(results, args.json)
         added = statistics.median(r["added ms"] for r in results)

@@ -24,7 +24,7 @@ from datetime import datetime
 import duckdb
 
 from dpsql.policy import Policy
-from dpsql.store import Store, Tables
+from dpsql.store import Store, StoreKey, Tables
 
 TABLES = Tables("answers", {
     # 3: DP query answers, kept so a repeated query (or a restart) never re-draws noise.
@@ -184,3 +184,8 @@ class AnswerCache:
         index[key] = size
         self._shelves.setdefault(user, {})[key] = size
         self._shelf_bytes[user] = self._shelf_bytes.get(user, 0) + size
+
+
+#: AnswerCache of each open store: ``store[ANSWERS]``.
+ANSWERS: StoreKey[AnswerCache] = StoreKey("answers")
+

@@ -19,7 +19,7 @@ from dpsql.errors import ConfigurationError
 from dpsql.ledger import Ledger
 from dpsql.outcomes import Outcome
 from dpsql.policies import active_policy
-from dpsql.store import Store, Tables, now
+from dpsql.store import Store, StoreKey, Tables, now
 
 TABLES = Tables("credentials", {1: ("""CREATE TABLE dpsql.credentials (
     user_name VARCHAR PRIMARY KEY, verifier VARCHAR NOT NULL, created_at TIMESTAMP NOT NULL)""",)})
@@ -62,6 +62,10 @@ class Credentials:
             self._generation += 1
 
 
+#: Credentials of each open store: ``store[CREDENTIALS]``.
+CREDENTIALS: StoreKey[Credentials] = StoreKey("credentials")
+
+
 def save(store: Store, user: str, verifier: str) -> None:
     """Store ``verifier`` for ``user`` (who must be declared in the active policy); audited."""
     if user not in active_policy(store).users:
@@ -73,7 +77,7 @@ def save(store: Store, user: str, verifier: str) -> None:
                         [user, verifier, now()])
             _audit(store, user, Outcome.SET, cur)
     finally:
-        store.services.credentials.forget()
+        store[CREDENTIALS].forget()
 
 
 def remove(store: Store, user: str) -> bool:
@@ -87,7 +91,7 @@ def remove(store: Store, user: str) -> bool:
             if found:
                 _audit(store, user, Outcome.REMOVED, cur)
     finally:
-        store.services.credentials.forget()
+        store[CREDENTIALS].forget()
     return found
 
 

@@ -20,12 +20,9 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpsql.errors import ConfigurationError
-
 if TYPE_CHECKING:  # the CLI reads MAX_CATEGORIES at startup: DuckDB loads when used
     import duckdb
 
-    from dpsql.session import Session
 
 #: A text or integer column with at most this many distinct values is categorical.
 MAX_CATEGORIES = 300
@@ -244,25 +241,3 @@ def draft_file(path: str | Path, *, na: str | None = None, normalize: bool = Tru
                      max_categories=max_categories)
     finally:
         con.close()
-
-
-def draft_table(session: Session, table: str, *, dataset: str | None = None,
-                max_categories: int = MAX_CATEGORIES) -> str:
-    """Draft a policy for a sensitive table of a store (admins only; audited: not DP)."""
-    from dpsql.domain import quote
-    from dpsql.imports import tables
-    from dpsql.outcomes import Outcome
-    from dpsql.store import check_identifier
-
-    session.require_admin("draft a policy from the raw rows")
-    check_identifier(table, "table name")
-    if table not in tables(session.store):
-        raise ConfigurationError(f"no table {table!r} in the store; import it with dpsql init "
-                                 f"--import {table}=FILE")
-    session.ledger.record(session.user, None, f"draft a policy from table {table}",
-                          Outcome.READ,
-                          "not DP: an administrator drafted a policy from the raw rows",
-                          action="draft_policy")
-    return draft(session.store.cursor(), f"main.{quote(table)}", dataset=dataset or table,
-                 table=table, source=f"table {table} of {session.store.path.name}",
-                 max_categories=max_categories)

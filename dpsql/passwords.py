@@ -276,9 +276,10 @@ def login_verifier(store: Store, user: str, secret: bytes) -> tuple[Verifier, bo
     credentials table walked (read from the store once per change), the policy,
     a mock verifier made and a verifier parsed.
     """
+    from dpsql.credentials import CREDENTIALS
     from dpsql.policies import active_policy
 
-    rows = store.services.credentials.rows()
+    rows = store[CREDENTIALS].rows()
     counts: Counter[int] = Counter()
     stored: str | None = None
     for name, text in rows:

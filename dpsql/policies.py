@@ -15,19 +15,21 @@ synthesizer catalog, which checking a policy needs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 import duckdb
 
-from dpsql.errors import PolicyError, StoreError
+from dpsql.answers import ANSWERS
+from dpsql.domain import Domain
+from dpsql.errors import PolicyError, ReleaseError, StoreError
 from dpsql.imports import table_columns
 from dpsql.ledger import Ledger, recorded_datasets
 from dpsql.outcomes import Outcome
 from dpsql.policy import Dataset, Policy, did_you_mean
 from dpsql.public import load_public_tables
-from dpsql.store import Store, Tables, now
+from dpsql.store import Store, StoreKey, Tables, now
 from dpsql.synth.base import known_names
 
 TABLES = Tables("policies", {1: ("""CREATE TABLE dpsql.policies (
@@ -116,14 +118,34 @@ class PolicyVersions:
         self._cached = None
 
 
+#: PolicyVersions of each open store: ``store[VERSIONS]``.
+VERSIONS: StoreKey[PolicyVersions] = StoreKey("policies")
+
+
 def active_policy(store: Store) -> Policy:
     """The policy in force in ``store``."""
-    return store.services.policies.active()
+    return store[VERSIONS].active()
 
 
 def policy_history(store: Store) -> list[PolicyVersion]:
     """Every policy version applied to ``store``, oldest first."""
-    return store.services.policies.history()
+    return store[VERSIONS].history()
+
+
+def release_dataset(store: Store, record: dict[str, Any]) -> Dataset:
+    """The dataset of a release (its provenance ``record``) as the policy then in force had it."""
+    policy = store[VERSIONS].with_fingerprint(record["policy_fingerprint"])
+    if policy is None:
+        raise ReleaseError(f"the policy release {record['name']!r} was made under is not in "
+                           "the store")
+    return policy.dataset(record["dataset"]["name"])
+
+
+def release_domain(store: Store, record: dict[str, Any]) -> Domain:
+    """The domain a release was made with (its columns, under the policy then in force)."""
+    domain = Domain.from_dataset(release_dataset(store, record), record["columns"])
+    shapes = record.get("within_bin_shapes", {}).get("probabilities", {})
+    return replace(domain.with_shapes(shapes), public_rows=record["domain"].get("public_rows"))
 
 
 def check_policy(store: Store, policy: Policy) -> list[str]:
@@ -185,7 +207,7 @@ def apply_policy(store: Store, policy: Policy, applied_by: str,
     (:func:`dpsql.public.load_public_tables`), and the ledger audits it.
     """
     check_policy(store, policy)
-    versions, answers = store.services.policies, store.services.answers
+    versions, answers = store[VERSIONS], store[ANSWERS]
     with store.lock:
         previous = versions.active() if versions.version() else None
         _check_ledger_continuity(store, previous, policy)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import replace
 from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
@@ -27,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import numpy as np
 
-from dpsql.domain import Domain, quote
+from dpsql.domain import quote
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.files import write_private
-from dpsql.policy import Dataset, Policy, did_you_mean
+from dpsql.policy import Policy, did_you_mean
 from dpsql.store import Store, Tables, check_identifier, now
 
 if TYPE_CHECKING:
@@ -219,22 +218,6 @@ def find(store: Store, name: str) -> dict[str, Any]:
         raise ReleaseError(f"no release named {name!r}{did_you_mean(name, names)}; list them "
                            "with: dpsql releases list")
     return entry
-
-
-def dataset_of(store: Store, record: dict[str, Any]) -> Dataset:
-    """The dataset as the policy in force at the release described it."""
-    policy = store.services.policies.with_fingerprint(record["policy_fingerprint"])
-    if policy is None:
-        raise ReleaseError(f"the policy release {record['name']!r} was made under is not in "
-                           "the store")
-    return policy.dataset(record["dataset"]["name"])
-
-
-def domain_of(store: Store, record: dict[str, Any]) -> Domain:
-    """The domain a release was made with (its columns, under the policy then in force)."""
-    domain = Domain.from_dataset(dataset_of(store, record), record["columns"])
-    shapes = record.get("within_bin_shapes", {}).get("probabilities", {})
-    return replace(domain.with_shapes(shapes), public_rows=record["domain"].get("public_rows"))
 
 
 def releases(store: Store, *, include_superseded: bool = False) -> list[dict[str, Any]]:

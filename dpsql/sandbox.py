@@ -61,6 +61,7 @@ import pyarrow as pa
 from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import ConfigurationError, InternalError, OutOfMemory, QueryCanceled
 from dpsql.sizes import machine_memory, mib
+from dpsql.store import StoreKey
 
 log = logging.getLogger(__name__)
 
@@ -316,7 +317,7 @@ class _Request:
 
 
 class Sandboxes:
-    """The sandboxes of one open store (``store.services.sandboxes``; the store closes it)."""
+    """The sandboxes of one open store (``store[SANDBOXES]``; the store closes it)."""
 
     def __init__(self) -> None:
         self.memory = default_memory()  # each sandbox's address-space limit, bytes
@@ -489,3 +490,8 @@ class Sandboxes:
             sandbox.close()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
+
+
+#: Sandboxes of each open store: ``store[SANDBOXES]``.
+SANDBOXES: StoreKey[Sandboxes] = StoreKey("sandboxes")
+

@@ -7,6 +7,11 @@ which declares its migrations and crash recovery in a :class:`Tables`
 URLs, ATTACH or extensions; configuration locked); DuckDB's file lock keeps a
 second process out; within a process there is one :class:`Store` per file, and
 every write transaction holds its write lock (:meth:`Store.transaction`).
+
+The modules above keep one object each per open store (their caches, the
+ledger's books, the jobs), each under a typed :class:`StoreKey` they declare:
+``store[BOOKS]``. :func:`dpsql.services.open_store` builds them all at open; the
+store closes them, last built first, when it closes.
 """
 
 from __future__ import annotations
@@ -22,15 +27,14 @@ from datetime import datetime, timezone
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Generic, TypeVar
 
 import duckdb
 
 from dpsql.errors import ConfigurationError, InternalError, StoreError
 from dpsql.files import make_store_private, private_umask
 
-if TYPE_CHECKING:  # built above the store, by dpsql.services, at open
-    from dpsql.services import StoreServices
+T = TypeVar("T")
 
 #: A ``duckdb.connect`` configuration (its stubs' type: a dict, invariant in its values).
 DuckDBConfig = dict[str, str | bool | int | float | list[str]]
@@ -101,13 +105,31 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
+class StoreKey(Generic[T]):
+    """The typed key of one per-store object, declared beside its class by its owner.
+
+    ``store[key]`` is then of that class for the type checker too (as aiohttp's
+    ``AppKey``), without the store importing the modules above it.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<StoreKey {self.name}>"
+
+
+#: Builds the per-store objects of a store just opened, each under its key, in order.
+Services = Callable[["Store"], Sequence[tuple[StoreKey[Any], Any]]]
+
+
 class Store:
     """An open governed DuckDB file (one instance per file): see :func:`dpsql.services.open_store`.
 
-    ``services``: the per-store objects of the modules above, built once at open.
+    ``store[key]``: the per-store object of a module above (see :class:`StoreKey`).
     """
-
-    services: StoreServices
 
     def __init__(self, path: Path, connection: duckdb.DuckDBPyConnection) -> None:
         self.path = path
@@ -117,10 +139,16 @@ class Store:
         # Held by every write transaction: they read, check, then write (budgets, ids,
         # policy versions), and DuckDB would abort a second concurrent writer of a row.
         self.lock = threading.RLock()
+        self._services: dict[StoreKey[Any], Any] = {}
+
+    def __getitem__(self, key: StoreKey[T]) -> T:
+        """This store's object under ``key`` (built at open)."""
+        found: T = self._services[key]
+        return found
 
     @classmethod
     def open(cls, path: str | Path, owners: Sequence[Tables],
-             services: Callable[[Store], StoreServices], *, create: bool = False,
+             services: Services, *, create: bool = False,
              limits: Mapping[str, str | int] | None = None) -> Store:
         """Open (or ``create``) the store at ``path``: one instance per file (device, inode).
 
@@ -155,7 +183,7 @@ class Store:
                 store._key = _file_identity(resolved)
                 if store._key is None:
                     raise StoreError(f"{path} disappeared while it was opened; try again")
-                store.services = services(store)
+                store._services = dict(services(store))
             except BaseException:
                 store._con.close()
                 raise
@@ -170,9 +198,28 @@ class Store:
                 return
             _open_stores.pop(self._key, None)
             try:
-                self.services.close()  # jobs, queued settles, sandboxes: in order
+                self._close_services()
             finally:
                 self._con.close()
+
+    def _close_services(self) -> None:
+        """Close each per-store object that has a ``close``, last built first.
+
+        Each is closed even when one before it raised (the first error is raised):
+        the jobs settle before the ledger's queued settles close, the free
+        database before its sandboxes.
+        """
+        error: BaseException | None = None
+        for service in reversed(list(self._services.values())):
+            close = getattr(service, "close", None)
+            if close is None:
+                continue
+            try:
+                close()
+            except BaseException as err:  # the others still close
+                error = error or err
+        if error is not None:
+            raise error
 
     def __enter__(self) -> Store:
         return self

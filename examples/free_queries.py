@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 import dpsql
+from dpsql.query.free import FREE
 
 DATA = Path(str(resources.files("dpsql").joinpath("data")))
 
@@ -39,7 +40,7 @@ def main() -> None:
             print(answer.to_pandas().to_string(index=False))
 
             store = alice.store
-            with store.services.free.using(store) as copy:  # run in a sandbox process
+            with store[FREE].using(store) as copy:  # run in a sandbox process
                 held = copy.run("SELECT schema_name || '.' || table_name AS t "
                                 "FROM duckdb_tables()", user="alice")
             print("\nthe isolated database holds:", ", ".join(held.column("t").to_pylist()))

@@ -14,6 +14,7 @@ import pytest
 import dpsql
 from dpsql.errors import AccessDenied, BudgetExceeded, PolicyError
 from dpsql.outcomes import Outcome
+from dpsql.policies import VERSIONS
 from dpsql.privacy import PrivacyCost
 
 from .conftest import policy_text
@@ -168,7 +169,7 @@ def test_policy_cannot_forget_spending(make_store, tmp_path):
             admin.apply_policy(renamed)
         with pytest.raises(PolicyError, match="pure accounting cannot count"):
             admin.apply_policy(pure)
-        assert admin.store.services.policies.version() == 1
+        assert admin.store[VERSIONS].version() == 1
 
 
 # -- the standing: which ledger rows count, and how ----------------------------------

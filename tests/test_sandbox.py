@@ -24,7 +24,7 @@ import dpsql
 from dpsql import sandbox
 from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import OutOfMemory, QueryCanceled
-from dpsql.sandbox import Database, Sandboxes
+from dpsql.sandbox import SANDBOXES, Database, Sandboxes
 from dpsql.sandboxed import open_file
 from dpsql.store import HARDENED_CONFIG
 from tests.waits import until
@@ -210,7 +210,7 @@ def test_the_sandbox_limits_itself_and_sees_nothing_of_its_owner(
 OWNER = """\
 import sys
 from pathlib import Path
-from dpsql.sandbox import Database, Sandboxes
+from dpsql.sandbox import SANDBOXES, Database, Sandboxes
 from dpsql.sandboxed import open_file
 pool = Sandboxes()
 pool.configure(2**30)
@@ -250,7 +250,7 @@ def test_free_queries_of_a_session_run_in_a_sandbox(store_path: Path) -> None:
         admin.release("adult", synthesizer="independent", name="adult_syn", epsilon=1,
                       rows=200, columns=["age", "sex"], seed=7)
     with dpsql.connect(store_path, "alice") as alice:
-        alice.store.services.sandboxes.configure(LIMIT)
+        alice.store[SANDBOXES].configure(LIMIT)
         assert alice.sql("SELECT count(*) AS n FROM released.adult_syn").table.to_pylist() \
             == [{"n": 200}]
         before = status(os.getpid(), "VmHWM")
@@ -260,5 +260,5 @@ def test_free_queries_of_a_session_run_in_a_sandbox(store_path: Path) -> None:
         assert status(os.getpid(), "VmHWM") - before < 200 * 2**20
         assert alice.sql("SELECT count(*) AS n FROM released.adult_syn").table.to_pylist() \
             == [{"n": 200}]
-        assert alice.store.services.sandboxes.pids()
-    assert not alice.store.services.sandboxes.pids()  # closing the store ended them
+        assert alice.store[SANDBOXES].pids()
+    assert not alice.store[SANDBOXES].pids()  # closing the store ended them

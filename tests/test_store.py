@@ -15,13 +15,16 @@ import dpsql
 from dpsql import store as store_tables
 from dpsql.errors import ConfigurationError, PolicyError, StoreError
 from dpsql.imports import IMPORT_LIMITS, import_table, normalize_name, table_columns, tables
-from dpsql.jobs import JobState
+from dpsql.jobs import JOBS, JobState
+from dpsql.ledger.books import BOOKS, Books
 from dpsql.outcomes import Outcome
 from dpsql.outside import DomainError
 from dpsql.policies import active_policy, check_policy, policy_history
 from dpsql.policy import Policy
-from dpsql.services import OWNERS, StoreServices, open_store
-from dpsql.store import Store, schema_version
+from dpsql.query.free import FREE, FreeDatabase
+from dpsql.sandbox import SANDBOXES
+from dpsql.services import OWNERS, open_store
+from dpsql.store import Store, StoreKey, schema_version
 
 from .conftest import ADULT_POLICY, ADULT_SAMPLE, policy_text
 
@@ -303,28 +306,37 @@ def test_services_are_built_at_open_shared_by_handles_and_closed_in_order(store_
     assert not hasattr(Store, "state")
     first = open_store(store_path)
     second = open_store(store_path)
-    assert second.services is first.services
-    services = first.services
-    assert isinstance(services, StoreServices)
-    assert services.free._folder is None  # nothing made before it is used
-    with first.services.free.using(first):
+    keys = (JOBS, BOOKS, FREE, SANDBOXES)
+    assert all(second[key] is first[key] for key in keys)
+    assert isinstance(first[FREE], FreeDatabase)
+    assert isinstance(first[BOOKS], Books)
+    free = first[FREE]
+    assert free._folder is None  # nothing made before it is used
+    with free.using(first):
         pass
-    folder = services.free._folder
+    folder = free._folder
     assert folder is not None
     second.close()
     assert folder.is_dir()  # one handle left: nothing closed
     closed: list[str] = []
-    for name in ("jobs", "books", "free", "sandboxes"):
-        service = getattr(services, name)
+    for key in keys:
+        service = first[key]
         real = service.close
 
-        def close(name: str = name, real: Callable[[], None] = real) -> None:
+        def close(name: str = key.name, real: Callable[[], None] = real) -> None:
             closed.append(name)
             real()
         object.__setattr__(service, "close", close)
     first.close()
     assert closed == ["jobs", "books", "free", "sandboxes"]
     assert not folder.exists()
+
+
+def test_a_service_key_is_typed_and_unknown_keys_fail_loudly(store_path):
+    with open_store(store_path) as store:
+        with pytest.raises(KeyError):
+            store[StoreKey("nobody declared this")]
+        assert repr(FREE) == "<StoreKey free>"
 
 
 def test_the_open_settles_a_left_jobs_request_only_if_it_is_open(admin, store_path):

@@ -82,7 +82,7 @@ def evaluate(session: Session, *, name: str, copy: int | None = None, seed: int 
     """
     from dpsql.analysis.fidelity import evaluate_release
 
-    evaluation = evaluate_release(session, name, copy=copy, seed=seed)
+    evaluation = evaluate_release(session.context(), name, copy=copy, seed=seed)
     rendered = None
     if report:
         from dpsql.analysis.report import render_report

@@ -218,6 +218,21 @@ class Draft:
 def draft_policy(session: Session, *, table: str, dataset: str | None = None,
                  max_categories: int = MAX_CATEGORIES) -> Draft:
     """Draft a policy from the store's table ``table`` (admins only; audited: not DP)."""
-    from dpsql.draft import draft_table
+    from dpsql.domain import quote
+    from dpsql.draft import draft
+    from dpsql.imports import tables
+    from dpsql.outcomes import Outcome
+    from dpsql.store import check_identifier
 
-    return Draft(draft_table(session, table, dataset=dataset, max_categories=max_categories))
+    session.require_admin("draft a policy from the raw rows")
+    check_identifier(table, "table name")
+    if table not in tables(session.store):
+        raise ConfigurationError(f"no table {table!r} in the store; import it with dpsql init "
+                                 f"--import {table}=FILE")
+    session.ledger.record(session.user, None, f"draft a policy from table {table}",
+                          Outcome.READ,
+                          "not DP: an administrator drafted a policy from the raw rows",
+                          action="draft_policy")
+    return Draft(draft(session.store.cursor(), f"main.{quote(table)}", dataset=dataset or table,
+                       table=table, source=f"table {table} of {session.store.path.name}",
+                       max_categories=max_categories))

@@ -27,7 +27,7 @@ import numpy as np
 from dpsql.domain import Domain, quote
 
 if TYPE_CHECKING:
-    from dpsql.session import Session
+    from dpsql.context import Context
 
 PSEUDOCOUNT = 1.0
 D0 = 0.1
@@ -200,26 +200,30 @@ class Evaluation:
                 "synthetic": self.synthetic.summary(), "ideal": self.ideal.summary()}
 
 
-def evaluate_release(session: Session, name: str, *, copy: int | None = None,
+def evaluate_release(ctx: Context, name: str, *, copy: int | None = None,
                      seed: int = 0) -> Evaluation:
-    """Score release ``name`` (one copy) against the bounded real data (admins only; audited)."""
+    """Score release ``name`` (one copy) against the bounded real data (admins only; audited).
+
+    ``ctx``: the request's (``session.context()``): its user, and the policy in force.
+    """
     from dpsql import provenance
     from dpsql.engines.source import bounded_sql
     from dpsql.errors import ReleaseError
     from dpsql.imports import table_columns
     from dpsql.outcomes import Outcome
+    from dpsql.policies import release_dataset, release_domain
     from dpsql.release.fit import COPY_COLUMN
     from dpsql.store import check_identifier
 
-    session.require_admin("evaluate a release against the real data")
-    store = session.store
+    ctx.require_admin("evaluate a release against the real data")
+    store = ctx.store
     entry = provenance.find(store, name)
     record = entry["record"]
     if record.get("output") != "rows":
         raise ReleaseError(f"release {name!r} is a table of counts, not rows; query it with "
                            "udfs.dp_range_count instead")
-    domain = provenance.domain_of(store, record)
-    dataset = provenance.dataset_of(store, record)
+    domain = release_domain(store, record)
+    dataset = release_dataset(store, record)
     if dataset.engine is not None:
         raise ReleaseError(f"dataset {dataset.name!r} lives on another engine, and evaluate "
                            "reads the real rows from the store only for now (docs/engines.md)")
@@ -233,8 +237,8 @@ def evaluate_release(session: Session, name: str, *, copy: int | None = None,
     where = f" WHERE {COPY_COLUMN} = {int(chosen)}" if has_copy_column and chosen else ""
     # Audited before the real rows are read, so even a crash leaves a trace; the outcome
     # says whether the evaluation finished.
-    ledger = session.ledger
-    audit_id = ledger.record(session.user, dataset.name, f"evaluate {name}", Outcome.STARTED,
+    ledger = ctx.ledger
+    audit_id = ledger.record(ctx.user, dataset.name, f"evaluate {name}", Outcome.STARTED,
                              "not DP: fidelity computed from the real data", action="evaluate")
     try:
         cursor = store.cursor()

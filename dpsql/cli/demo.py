@@ -152,7 +152,7 @@ def _show_releases(session: Session) -> None:
         click.echo(f"   released {result.table} ({record['rows']:,} rows of "
                    f"{', '.join(columns)}) by {synthesizer}, charged "
                    f"{session.cost(epsilon=1).describe(session.policy.delta)}")
-        evaluation = evaluate_release(session, result.name, seed=7)
+        evaluation = evaluate_release(session.context(), result.name, seed=7)
         summary = evaluation.synthetic.summary()
         ideal = evaluation.ideal.summary()
         rows.append([synthesizer, summary["median_d"], summary["mean_d"], summary["median_z"],

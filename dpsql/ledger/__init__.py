@@ -20,6 +20,7 @@ import duckdb
 from dpsql.answers import StoredAnswer, cache_share
 from dpsql.errors import AccessDenied, BudgetExceeded, InternalError
 from dpsql.ledger.books import (
+    BOOKS,
     CHARGE_COLUMNS,
     UNSETTLED,
     AuditRow,
@@ -103,7 +104,7 @@ class Ledger:
         once zCDP costs exist).
         """
         with self.store.lock:  # the totals change as charges commit
-            return self._standing(self.store.services.books, user, dataset,
+            return self._standing(self.store[BOOKS], user, dataset,
                                   self.store.cursor())
 
     def _standing(self, books: Books, user: str, dataset: str,
@@ -170,7 +171,7 @@ class Ledger:
     def delta_spent(self, dataset: str) -> float:
         """The delta partition selection has spent on ``dataset`` so far (all users), rounded up."""
         with self.store.lock:
-            books = self.store.services.books
+            books = self.store[BOOKS]
             return _float_up(books.delta_spent(dataset, self.store.cursor()))
 
     def charges(self) -> list[ChargeRow]:
@@ -285,7 +286,7 @@ class Ledger:
                                 outcome, reason)
                 row.insert(cur)
             return row.id
-        books = self.store.services.books
+        books = self.store[BOOKS]
         row = self._row(books.take_id(cursor), user, dataset, action, statement, cost,
                         outcome, reason)
         row.insert(cursor)
@@ -319,7 +320,7 @@ class Ledger:
                 settle.write(cur, books.answers)
             return True
         with self.store.lock:
-            books = self.store.services.books
+            books = self.store[BOOKS]
             held = books.answers.hold(answer)
             books.queue(replace(settle, answer=answer if held else None))
         return held

@@ -52,7 +52,7 @@ from dpsql.answers import AnswerCache, StoredAnswer
 from dpsql.errors import InternalError
 from dpsql.outcomes import SETTLES, Outcome
 from dpsql.privacy import Kind, PrivacyCost
-from dpsql.store import Store, Tables, now
+from dpsql.store import Store, StoreKey, Tables, now
 
 logger = logging.getLogger(__name__)
 
@@ -295,6 +295,12 @@ class Books:
 #: How long an answered query's settle waits for a write to ride with (seconds).
 #: Queries that follow within it share their commit with it; if the process ends
 #: first, the request stays open ("charged"): budget lost, never privacy.
+
+
+#: Books of each open store: ``store[BOOKS]``.
+BOOKS: StoreKey[Books] = StoreKey("books")
+
+
 SETTLE_DELAY_S = 0.05
 
 
@@ -344,7 +350,7 @@ def writing(store: Store) -> Iterator[tuple[duckdb.DuckDBPyConnection, Books]]:
     requests stay open).
     """
     with store.lock:
-        books = store.services.books
+        books = store[BOOKS]
         settles: list[Settle] = []
         try:
             with store.transaction() as cur:
@@ -423,7 +429,7 @@ def interrupt_open(cur: duckdb.DuckDBPyConnection, audit_ids: list[int], reason:
 
 def settled(store: Store) -> None:
     """Commit every settle queued so far (read your own writes)."""
-    books = store.services.books
+    books = store[BOOKS]
     with store.lock:
         if books.settles:
             with writing(store):

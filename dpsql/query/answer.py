@@ -38,6 +38,7 @@ from dpsql.query import meta
 from dpsql.query.call import Answer, Call
 from dpsql.query.dialect import nested_too_deeply, reject
 from dpsql.query.dp import answer_dp, explain, planned, reused
+from dpsql.query.free import FREE
 from dpsql.query.options import (
     option_name,
     reset_option,
@@ -169,7 +170,7 @@ def _query(call: Call, ast: exp.Expr, text: str) -> Answer:
 def _released(call: Call, ast: exp.Expr, text: str) -> Answer:
     """A free query: validated, then run on the isolated database (:mod:`dpsql.query.free`)."""
     store = call.ctx.store
-    with store.services.free.using(store) as copy:
+    with store[FREE].using(store) as copy:
         check_released(ast, text, set(copy.names))
         try:  # in a sandbox process: OutOfMemory and QueryCanceled pass through
             table = copy.run(ast.sql(dialect="duckdb"), user=call.user,

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from dpsql.answers import StoredAnswer
+from dpsql.answers import ANSWERS, StoredAnswer
 from dpsql.mechanisms.additive import Noise
 from dpsql.privacy import PrivacyCost
 from dpsql.query.model import QueryPlan
@@ -51,7 +51,7 @@ def cache_key(user: str, fingerprint: str, plan: QueryPlan, cost: PrivacyCost) -
 
 def lookup(store: Store, key: str) -> CachedAnswer | None:
     """The stored answer under ``key``, if any (including one whose settle is queued)."""
-    found = store.services.answers.find(key)
+    found = store[ANSWERS].find(key)
     if found is None:
         return None
     noises = tuple(QuantileNoise.from_json(n) if n["mechanism"] == "quantile"

@@ -34,7 +34,7 @@ from dpsql.query.options import (
     query_cost,
     target_error,
 )
-from dpsql.query.plancache import Entry
+from dpsql.query.plancache import PLANS, Entry
 from dpsql.query.planner import plan_query
 from dpsql.query.portable import check_total
 from dpsql.query.post import answer_table, answer_types, base_table, check_post
@@ -100,7 +100,7 @@ def planned(call: Call, ast: exp.Expr, text: str) -> Entry:
         raise reject(text, "a DP query needs at least one aggregate", ast,
                      construct="SELECT", advice="add COUNT(*), SUM(col) or AVG(col)")
     entry = Entry(plan, types_of(plan.dataset))
-    call.ctx.store.services.plans.put(call.user, text, call.policy.fingerprint, entry)
+    call.ctx.store[PLANS].put(call.user, text, call.policy.fingerprint, entry)
     return entry
 
 
@@ -110,12 +110,12 @@ def reused(call: Call, text: str) -> Entry | None:
     Its table's column types are compared with the plan's in the statement's
     snapshot before it is used (:func:`answer_dp`).
     """
-    return call.ctx.store.services.plans.get(call.user, text, call.policy.fingerprint)
+    return call.ctx.store[PLANS].get(call.user, text, call.policy.fingerprint)
 
 
 def _again(call: Call, text: str) -> Answer:
     """Forget the stale kept plan of ``text``, plan the text anew and answer it."""
-    call.ctx.store.services.plans.drop(call.user, text, call.policy.fingerprint)
+    call.ctx.store[PLANS].drop(call.user, text, call.policy.fingerprint)
     statement = classify(text)
     assert isinstance(statement, QueryStatement)  # it was planned as a DP query before
     return answer_dp(call, planned(call, statement.ast, text), text, checked=True)

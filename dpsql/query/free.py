@@ -48,7 +48,7 @@ from dpsql.query.released import free_name
 from dpsql.sandbox import Database, Sandboxes
 from dpsql.sandboxed import open_file
 from dpsql.sizes import mib
-from dpsql.store import HARDENED_CONFIG, Store, install_udfs
+from dpsql.store import HARDENED_CONFIG, Store, StoreKey, install_udfs
 
 SCHEMA = "released"
 
@@ -119,7 +119,7 @@ class FreeCopy:
 class FreeDatabase:
     """A store's isolated database for free queries (one per open store).
 
-    A store service (``store.services.free``), whose queries run in the store's
+    A store service (``store[FREE]``), whose queries run in the store's
     ``sandboxes``; it closes with the store.
     """
 
@@ -183,6 +183,10 @@ class FreeDatabase:
             self._copy = None
             if self._folder is not None:
                 shutil.rmtree(self._folder, ignore_errors=True)
+
+
+#: FreeDatabase of each open store: ``store[FREE]``.
+FREE: StoreKey[FreeDatabase] = StoreKey("free")
 
 
 def _signature(source: duckdb.DuckDBPyConnection) -> tuple[tuple[object, ...], ...]:

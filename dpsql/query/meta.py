@@ -166,10 +166,10 @@ def jobs_table(ctx: Context) -> pa.Table:
     Analysts are refused: they release nothing, and the jobs name who released
     what and when.
     """
-    from dpsql.jobs import COLUMNS
+    from dpsql.jobs import COLUMNS, JOBS
 
     ctx.require_admin("list release jobs (SHOW dpsql.jobs)")
-    rows = ctx.store.services.jobs.list()
+    rows = ctx.store[JOBS].list()
     types = {"id": pa.int64(), "fraction": pa.float64(), "audit_id": pa.int64(),
              "worker_pid": pa.int64()}
     return pa.table({c: pa.array([r[c] if c in types else None if r[c] is None else str(r[c])

@@ -24,6 +24,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.query.model import QueryPlan
+from dpsql.store import StoreKey
 
 #: Entries kept per open store (least recently used dropped first).
 CAPACITY = 512
@@ -58,7 +59,7 @@ class Entry:
 class PlanCache:
     """The entries of one open store, keyed by (user, statement text, policy fingerprint).
 
-    A store service (``store.services.plans``).
+    A store service (``store[PLANS]``).
     """
 
     def __init__(self) -> None:
@@ -87,4 +88,8 @@ class PlanCache:
             self._entries.move_to_end(key)
             while len(self._entries) > CAPACITY:
                 self._entries.popitem(last=False)
+
+
+#: PlanCache of each open store: ``store[PLANS]``.
+PLANS: StoreKey[PlanCache] = StoreKey("plans")
 

@@ -1,10 +1,13 @@
 """The PostgreSQL-wire front door: psql, DBeaver, psycopg and pandas reach dpsql through it.
 
 ``dpsql serve`` runs :func:`run`; :class:`Server` is the asyncio server for
-embedding and tests. Layout: ``messages`` (wire format), ``auth`` (SCRAM and
-credentials), ``router`` (where statements go), ``catalog``/``pgcatalog``/
-``rewrite`` (the sanitized system catalog), ``pgtypes`` (types and values),
-``connection`` (one client), ``server`` (listening and limits).
+embedding and tests. Layout: ``messages`` (wire format), ``login`` and
+``logins`` (a client's SCRAM login; the limits on logins), ``router`` (where
+statements go), ``catalog``/``pgcatalog``/``rewrite`` (the sanitized system
+catalog), ``pgtypes`` and ``rows`` (types, values, DataRows), ``connection`` and
+``portals`` (one client; its prepared statements), ``host`` (the server as a
+connection sees it), ``server`` (listening and limits), ``admin`` and
+``procedure`` (the admin socket; ``CALL dpsql``).
 """
 
 from __future__ import annotations

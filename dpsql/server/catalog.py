@@ -34,10 +34,10 @@ import pyarrow as pa
 from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import OutOfMemory, QueryCanceled
 from dpsql.imports import table_columns, tables
-from dpsql.policies import active_policy
+from dpsql.policies import VERSIONS, active_policy
 from dpsql.policy import Dataset
 from dpsql.provenance import released_signature, releases
-from dpsql.sandbox import Database, Setup
+from dpsql.sandbox import SANDBOXES, Database, Setup
 from dpsql.sandboxed import open_file
 from dpsql.server import pgcatalog, rewrite
 from dpsql.server.pgcatalog import Client, Relation
@@ -92,7 +92,7 @@ def _column_comments(dataset: Dataset | None, names: list[str]) -> tuple[str | N
 
 def _signature(store: Store) -> tuple[object, ...]:
     """Changes whenever what the catalog shows could change (policy version, releases)."""
-    return (store.services.policies.version(), tuple(tables(store, "released")),
+    return (store[VERSIONS].version(), tuple(tables(store, "released")),
             released_signature(store))
 
 
@@ -108,7 +108,7 @@ class CatalogSource:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.sandboxes = store.services.sandboxes
+        self.sandboxes = store[SANDBOXES]
         self._lock = threading.Lock()
         self._built: _Built | None = None
         self._checked = 0.0

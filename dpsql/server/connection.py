@@ -1,9 +1,10 @@
-"""One client connection: startup, SCRAM login, then the simple and extended query protocols.
+"""One client connection: its login, then the simple and extended query protocols.
 
 All DuckDB work (the session's statements, catalog queries, encoding rows)
 runs on the server's thread pool; the event loop only moves bytes. A
 malformed or oversized message ends this connection with an ErrorResponse,
-never the server.
+never the server. The login is :mod:`dpsql.server.login`'s; the prepared
+statements and portals :mod:`dpsql.server.portals`'.
 """
 
 from __future__ import annotations
@@ -14,103 +15,32 @@ import logging
 import secrets
 import ssl
 import threading
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-import pyarrow as pa
-
-from dpsql import passwords
 from dpsql.errors import DPSQLError, QueryCanceled
+from dpsql.policies import VERSIONS
 from dpsql.server import copyout
 from dpsql.server import messages as m
 from dpsql.server.catalog import ConnectionCatalog
+from dpsql.server.host import Host
+from dpsql.server.login import ConnectionClosed, Login, fatal
 from dpsql.server.pgcatalog import Client
-from dpsql.server.pgtypes import (
-    BadParameter,
-    UnsupportedFormat,
-    column_encoder,
-    from_arrow,
-    parameter_literal,
-)
+from dpsql.server.pgtypes import UnsupportedFormat
+from dpsql.server.portals import Portal, Portals
 from dpsql.server.router import REPORTED, Outcome, Router, StatementError
-from dpsql.server.sqltext import SQLTextError, bind_parameters, max_parameter, split_statements
-
-if TYPE_CHECKING:
-    from dpsql.server.server import Server
+from dpsql.server.rows import encode_rows, row_fields, text_formats
+from dpsql.server.sqltext import SQLTextError, bind_parameters, split_statements
 
 log = logging.getLogger("dpsql.server")
 T = TypeVar("T")
-AUTH_MESSAGE_LIMIT = 10_000
 ROWS_PER_WRITE = 1000
-ENCODE_SLICE = 4096  # answer rows encoded between two looks at a statement timeout or cancel
-
-
-class ConnectionClosed(Exception):
-    """Stop serving this connection (after a FATAL error or Terminate)."""
-
-
-@dataclass
-class Prepared:
-    """A statement from Parse: its text, declared parameter types, a cached describe result."""
-
-    text: str
-    param_types: tuple[int, ...]
-    param_count: int
-    cached: Outcome | None = None
-
-
-@dataclass
-class Portal:
-    """A bound statement ready to execute (Bind), with its result once computed."""
-
-    text: str
-    result_formats: Callable[[int], int]
-    outcome: Outcome | None = None
-    rows: list[bytes] | None = None
-    sent: int = 0
-    notices_sent: bool = False
-    statement: Prepared | None = field(default=None, repr=False)
-
-
-def row_fields(schema: pa.Schema, formats: Callable[[int], int]) -> list[m.FieldDescription]:
-    """RowDescription fields for an Arrow schema."""
-    out = []
-    for index, arrow_field in enumerate(schema):
-        pg, typmod = from_arrow(arrow_field.type)
-        out.append(m.FieldDescription(arrow_field.name, pg.oid, pg.size, typmod,
-                                      formats(index)))
-    return out
-
-
-def encode_rows(table: pa.Table, formats: Callable[[int], int], zone: Any,
-                check: Callable[[], None] | None = None) -> list[bytes]:
-    """Every row of ``table`` as a DataRow message.
-
-    ``check`` runs before each slice of rows and raises to stop: a statement
-    timeout or cancel then ends the encoding of a large answer, not only its query.
-    """
-    encoders = [column_encoder(table.schema.field(i).type, formats(i) == 1, zone)
-                for i in range(table.num_columns)]
-    out: list[bytes] = []
-    for start in range(0, table.num_rows, ENCODE_SLICE):
-        if check is not None:
-            check()
-        part = table.slice(start, ENCODE_SLICE)
-        columns = [part.column(i).to_pylist() for i in range(part.num_columns)]
-        out.extend(m.data_row([enc(v) for enc, v in zip(encoders, values, strict=True)])
-                   for values in zip(*columns, strict=True))
-    return out
-
-
-def _text_formats(_: int) -> int:
-    return 0
 
 
 class Connection:
     """The server side of one client connection."""
 
-    def __init__(self, server: Server, reader: asyncio.StreamReader,
+    def __init__(self, server: Host, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter) -> None:
         self.server = server
         self.reader = reader
@@ -123,17 +53,13 @@ class Connection:
         self.router: Router | None = None
         self.session: Any = None
         self.catalog: ConnectionCatalog | None = None
-        self.statements: dict[str, Prepared] = {}
-        self.portals: dict[str, Portal] = {}
+        self.prepared = Portals()
         self.skip_until_sync = False
         self._pending: asyncio.Future[Any] | None = None
         self._abandoned = threading.Event()  # set to stop the current statement's work
         self._cancel = asyncio.Event()
+        self.login = Login(server, reader, writer, self)
         self._login: asyncio.Task[tuple[str, dict[str, str]] | None] | None = None
-        self.dropped = False  # its login slot went to a newcomer
-        self._awaiting_client = True  # for its client's next login message (from accept on)
-        self._lingers = False  # dropped, it stays open until its login would have timed out
-        self._failure: str | None = None  # the answer held back after a failed proof
 
     # -- lifecycle -------------------------------------------------------------------------
     async def serve(self) -> None:
@@ -151,17 +77,17 @@ class Connection:
                 await self._fatal("53300", "sorry, too many connections are logging in at "
                                   "once; try again in a few seconds")
                 return
-            self._login = asyncio.ensure_future(self._startup())
+            self._login = asyncio.ensure_future(self.login.run())
             done, _ = await asyncio.wait({self._login}, timeout=config.login_timeout)
             if not done:
                 self._login.cancel()
                 await asyncio.wait({self._login})
-            if self.dropped:  # its slot went to a newcomer
+            if self.login.dropped:  # its slot went to a newcomer
                 log.debug("connection from %s: its login slot went to a newcomer", self.host)
                 if not self._login.cancelled():
                     self._login.exception()  # retrieved: ConnectionClosed, or the step's end
-                if self._failure is not None:  # the answer it was held for, now
-                    await self._fatal("28P01", self._failure)
+                if self.login.failure is not None:  # the answer it was held for, now
+                    await self._fatal("28P01", self.login.failure)
                 else:
                     await self._fatal("53300", "sorry, too many connections are logging in at "
                                       "once; try again in a few seconds")
@@ -222,11 +148,7 @@ class Connection:
         self.writer.close()
 
     async def _fatal(self, code: str, message: str) -> None:
-        try:
-            self.writer.write(m.error_response(code, message, severity="FATAL"))
-            await asyncio.wait_for(self.writer.drain(), 2)
-        except (ConnectionError, asyncio.TimeoutError, ssl.SSLError, OSError, RuntimeError):
-            pass
+        await fatal(self.writer, code, message)
 
     def cancel(self) -> None:
         """A CancelRequest for this connection arrived: stop the running statement."""
@@ -237,190 +159,21 @@ class Connection:
         return bool(getattr(self.reader, "_buffer", b""))  # StreamReader has no public look
 
     def drop(self) -> None:
-        """Its login slot went to a newcomer: stop logging in (serve() says why and closes).
+        """Its login slot went to a newcomer: stop logging in (see :meth:`Login.drop`)."""
+        self.login.drop(self._login)
 
-        One waiting for its client is closed only when its login would have timed
-        out, whatever it sends meanwhile: a client that re-opens each closed socket at
-        once cannot turn one drop into a chain of them, and each of its sockets made to
-        make room is out of its hands that long. (At most ``server.max_lingering`` wait
-        so, so that they cannot take all the file descriptors either.)
-        """
-        server = self.server
-        self.dropped = True
-        if self._awaiting_client and server.lingering < server.max_lingering:
-            server.lingering += 1
-            self._lingers = True
-        elif self._login is not None:
-            self._login.cancel()
+    @property
+    def dropped(self) -> bool:
+        """Whether its login slot went to a newcomer."""
+        return self.login.dropped
 
-    # -- startup and login -------------------------------------------------------------------
-    async def _startup(self) -> tuple[str, dict[str, str]] | None:
-        """Startup packet and SCRAM login: the user and the client's parameters, or None."""
-        tls = False
-        while True:
-            packet = m.decode_startup(await self._step(m.read_startup(self.reader)))
-            if packet.kind == "ssl":
-                context = self.server.tls_context
-                if context is not None and not tls:
-                    self.writer.write(b"S")
-                    await self.writer.drain()
-                    await self._step(self.writer.start_tls(context))  # type: ignore[attr-defined]
-                    tls = True
-                else:
-                    self.writer.write(b"N")
-                    await self.writer.drain()
-                continue
-            if packet.kind == "gss":
-                self.writer.write(b"N")
-                await self.writer.drain()
-                continue
-            if packet.kind == "cancel":
-                self.server.cancel(packet.pid, packet.key)
-                return None
-            break
-        if self.server.tls_context is not None and not tls and \
-                not self.server.config.allow_plaintext:
-            await self._fatal("28000", "this server accepts TLS connections only; connect with "
-                              "sslmode=require")
-            return None
-        params = dict(packet.params)
-        unrecognized = [name for name in params if name.startswith("_pq_.")]
-        if packet.version & 0xFFFF or unrecognized:
-            self.writer.write(m.negotiate_protocol_version(0, unrecognized))
-        user = params.get("user", "")
-        if not user:
-            await self._fatal("28000", "no PostgreSQL user name specified in startup packet")
-            return None
-        if "replication" in params and params["replication"].lower() not in ("false", "0",
-                                                                             "off", "no"):
-            await self._fatal("28000", "replication connections are not supported")
-            return None
-        if not await self._authenticate(user):
-            return None
-        return user, params
-
-    async def _step(self, awaitable: Awaitable[T]) -> T:
-        """Wait for the client's next login message (or TLS handshake), a step timeout at most.
-
-        Meanwhile the connection waits for its client: a newcomer may take its slot.
-        """
-        logins = self.server.logins
-        logins.mark(self.pid, logins.CLIENT)
-        self._awaiting_client = True
-        try:
-            result = await asyncio.wait_for(awaitable, self.server.config.login_step_timeout)
-        finally:
-            self._awaiting_client = False
-            if self._lingers:
-                await self._linger()
-        if self.dropped:
-            raise ConnectionClosed("its login slot went to a newcomer")
-        logins.mark(self.pid, logins.SERVER)
-        return result
-
-    async def _linger(self) -> None:
-        """Dropped: stay open until the login timer ends it, unless the client has left."""
-        try:
-            if not self.reader.at_eof():
-                await asyncio.Event().wait()  # serve()'s login timer cancels it
-        finally:
-            self._lingers = False
-            self.server.lingering -= 1
-
-    async def _authenticate(self, user: str) -> bool:
-        """SCRAM-SHA-256 for ``user``: every proof is checked, a right one always gets in.
-
-        Failures never refuse a login: a wrong proof is answered late (the pair's
-        and the address's :meth:`~dpsql.server.logins.LoginBackoff.delay`), and a
-        proof waits for its turn (:class:`~dpsql.server.logins.GuessGate`) at most
-        ``server.login_wait`` seconds. Once the salt is sent, an exchange that ends
-        without a proof checked (the client left, stalled or broke the protocol)
-        counts and is logged as a failure too, though it spends no turn (it guessed
-        nothing, and must not slow the name's owner).
-        """
-        server = self.server
-        verifier, genuine = await self._run(passwords.login_verifier, server.store, user,
-                                            server.secret)
-        exchange = passwords.ScramExchange(verifier, genuine=genuine)
-        self.writer.write(m.auth_sasl([passwords.MECHANISM]))
-        await self.writer.drain()
-        salted = checked = False
-        try:
-            kind, payload = await self._step(m.read_message(self.reader, AUTH_MESSAGE_LIMIT))
-            if kind != b"p":
-                raise m.ProtocolViolation("expected a SASL response")
-            mechanism, first = m.decode_sasl_initial(payload)
-            if mechanism != passwords.MECHANISM:
-                raise m.ProtocolViolation("client selected an invalid SASL authentication "
-                                          "mechanism")
-            self.writer.write(m.auth_sasl_continue(exchange.first(first)))
-            salted = True
-            await self.writer.drain()
-            kind, payload = await self._step(m.read_message(self.reader, AUTH_MESSAGE_LIMIT))
-            if kind != b"p":
-                raise m.ProtocolViolation("expected a SASL response")
-            await self._turn(user)
-            checked = True
-            final = exchange.final(payload)
-        except passwords.AuthFailed:
-            self._count_failure(user, "failed")
-            if checked:  # a guess: it spends one of the name's turns
-                server.gate.spend(user)
-            await self._hold_failure(user)
-            return False
-        except BaseException:
-            if salted and not self.dropped:
-                self._count_failure(user, "abandoned")
-            raise
-        server.backoff.succeeded(user, self.host)
-        self.writer.write(m.auth_sasl_final(final) + m.auth_ok())
-        return True
-
-    async def _turn(self, user: str) -> None:
-        """Wait until a proof of ``user`` may be checked, ``login_wait`` seconds at most.
-
-        It waits out of the login slots, among at most ``max_waiting_turn`` others:
-        past that, it or another is turned away unchecked (only a flood of guesses
-        fills them; see :meth:`~dpsql.server.server.Server.wait_turn`).
-        """
-        server, loop = self.server, asyncio.get_running_loop()
-        if server.gate.turn(user) <= 0:
-            return
-        if not server.wait_turn(self):
-            self.dropped = True  # serve() says so
-            raise ConnectionClosed("too many proofs wait for their turn")
-        try:
-            deadline = loop.time() + server.login_wait
-            while (wait := server.gate.turn(user)) > 0 and loop.time() < deadline:
-                await asyncio.sleep(min(wait, deadline - loop.time()))
-        finally:
-            server.turn_done(self)
-
-    def _count_failure(self, user: str, how: str) -> None:
-        """Count a failed (or abandoned) exchange of ``user``: same count, known name or not."""
-        self.server.backoff.failed(user, self.host)
-        log.warning("%s login for user %r from %s", how, user, self.host)
-
-    async def _hold_failure(self, user: str) -> None:
-        """Answer a wrong proof, after the delay its name and address have earned.
-
-        The slot stays taken meanwhile, first in line for a newcomer (which then
-        gets this answer sent at once): a held answer never keeps anyone out.
-        """
-        server = self.server
-        self._failure = f'password authentication failed for user "{user}"'
-        server.logins.mark(self.pid, server.logins.HELD)
-        await asyncio.sleep(max(server.config.failed_login_delay,
-                                server.backoff.delay(user, self.host)))
-        server.logins.release(self.pid)  # nothing left to do for this login but say so
-        await self._fatal("28P01", self._failure)
-
+    # -- after the login ----------------------------------------------------------------------
     async def _open_session(self, user: str, params: dict[str, str]) -> bool:
         server = self.server
         if not server.log_in(self, user):
             await self._fatal("53300", "sorry, too many clients already")
             return False
-        policy = await self._run(server.store.services.policies.active)
+        policy = await self._run(server.store[VERSIONS].active)
         principal = policy.users.get(user)
         if principal is None:
             await self._fatal("28000", f'role "{user}" is not permitted to log in')
@@ -543,11 +296,7 @@ class Connection:
             self.writer.write(m.parameter_status(name, value))
 
     def _apply(self, outcome: Outcome) -> None:
-        if outcome.deallocate == "ALL":
-            self.statements.clear()
-            self.portals.clear()
-        elif outcome.deallocate:
-            self.statements.pop(outcome.deallocate, None)
+        self.prepared.deallocate(outcome.deallocate)
 
     async def _query(self, payload: bytes) -> None:
         assert self.router is not None
@@ -561,7 +310,7 @@ class Connection:
             self.writer.write(m.empty_query_response())
         for statement in statements or []:
             try:
-                outcome, rows = await self._statement(self._answer, statement, _text_formats)
+                outcome, rows = await self._statement(self._answer, statement, text_formats)
             except StatementError as err:
                 self._error(err)
                 break
@@ -569,7 +318,7 @@ class Connection:
                 await self._write_copy(outcome, rows)
             elif outcome.table is not None:
                 self.writer.write(m.row_description(row_fields(outcome.table.schema,
-                                                               _text_formats)))
+                                                               text_formats)))
                 await self._write_rows(rows)
             self._send_notices(outcome)
             self._apply(outcome)
@@ -611,62 +360,19 @@ class Connection:
 
     # -- extended query protocol ---------------------------------------------------------------
     async def _parse(self, payload: bytes) -> None:
-        parse = m.decode_parse(payload)
-        try:
-            pieces = split_statements(parse.query)
-        except SQLTextError as err:
-            raise StatementError("42601", str(err)) from err
-        if len(pieces) > 1:
-            raise StatementError("42601", "cannot insert multiple commands into a prepared "
-                                 "statement")
-        if parse.name and parse.name in self.statements:
-            raise StatementError("42P05", f'prepared statement "{parse.name}" already exists')
-        count = max(len(parse.param_types), max_parameter(parse.query))
-        self.statements[parse.name] = Prepared(parse.query, parse.param_types, count)
+        self.prepared.parse(m.decode_parse(payload))
         self.writer.write(m.parse_complete())
 
-    def _statement_named(self, name: str) -> Prepared:
-        try:
-            return self.statements[name]
-        except KeyError:
-            raise StatementError("26000", f'prepared statement "{name}" does not exist') \
-                from None
-
-    def _param_type(self, statement: Prepared, index: int) -> int:
-        return statement.param_types[index] if index < len(statement.param_types) else 0
-
     async def _bind(self, payload: bytes) -> None:
-        bind = m.decode_bind(payload)
-        statement = self._statement_named(bind.statement)
-        if len(bind.params) != statement.param_count:
-            raise StatementError("08P01", f"bind message supplies {len(bind.params)} "
-                                 f"parameters, but prepared statement \"{bind.statement}\" "
-                                 f"requires {statement.param_count}")
-        if bind.portal and bind.portal in self.portals:
-            raise StatementError("42P03", f'cursor "{bind.portal}" already exists')
-
-        def literal(n: int) -> str:
-            if n < 1 or n > len(bind.params):
-                raise StatementError("42P02", f"there is no parameter ${n}")
-            return parameter_literal(bind.params[n - 1], self._param_type(statement, n - 1),
-                                     bind.param_format(n - 1) == 1)
-
-        try:
-            text = bind_parameters(statement.text, literal)
-        except BadParameter as err:
-            raise StatementError("22P02", str(err)) from err
-        portal = Portal(text, bind.result_format, statement=statement)
-        if statement.cached is not None and not bind.params:
-            portal.outcome, statement.cached = statement.cached, None
-        self.portals[bind.portal] = portal
+        self.prepared.bind(m.decode_bind(payload))
         self.writer.write(m.bind_complete())
 
     async def _describe(self, payload: bytes) -> None:
         assert self.router is not None
         which, name = m.decode_target(payload)
         if which == "S":
-            statement = self._statement_named(name)
-            oids = [self._param_type(statement, i) or 25 for i in range(statement.param_count)]
+            statement = self.prepared.statement(name)
+            oids = [statement.param_type(i) or 25 for i in range(statement.param_count)]
             self.writer.write(m.parameter_description(oids))
             null_text = bind_parameters(statement.text, lambda n: "NULL")
             schema = await self._statement(self.router.catalog_schema, null_text)
@@ -679,12 +385,12 @@ class Connection:
                 statement.cached = await self._statement(self.router.run, statement.text)
                 table = statement.cached.table if statement.cached.copy is None else None
                 schema = table.schema if table is not None else None
-            self.writer.write(m.row_description(row_fields(schema, _text_formats))
+            self.writer.write(m.row_description(row_fields(schema, text_formats))
                               if schema is not None and len(schema) else m.no_data())
             return
         cursor = self.router.cursors.get(name)
-        if name not in self.portals and cursor is not None:  # DECLAREd: SQL cursors are portals
-            self.writer.write(m.row_description(row_fields(cursor.table.schema, _text_formats)))
+        if name not in self.prepared.portals and cursor is not None:  # DECLAREd: a portal too
+            self.writer.write(m.row_description(row_fields(cursor.table.schema, text_formats)))
             return
         portal = await self._portal_outcome(name)
         outcome = portal.outcome
@@ -694,9 +400,7 @@ class Connection:
 
     async def _portal_outcome(self, name: str) -> Portal:
         assert self.router is not None
-        portal = self.portals.get(name)
-        if portal is None:
-            raise StatementError("34000", f'portal "{name}" does not exist')
+        portal = self.prepared.portal(name)
         if portal.outcome is None:
             portal.outcome, portal.rows = await self._statement(self._answer, portal.text,
                                                                 portal.result_formats)
@@ -727,20 +431,14 @@ class Connection:
                           else m.empty_query_response())
 
     async def _close(self, payload: bytes) -> None:
-        which, name = m.decode_target(payload)
-        if which == "S":
-            statement = self.statements.pop(name, None)
-            for key in [k for k, p in self.portals.items() if p.statement is statement]:
-                del self.portals[key]
-        else:
-            self.portals.pop(name, None)
+        self.prepared.close(*m.decode_target(payload))
         self.writer.write(m.close_complete())
 
     async def _sync(self, payload: bytes) -> None:
         assert self.router is not None
         self.skip_until_sync = False
         if self.router.txn == "I":
-            self.portals.clear()
+            self.prepared.portals.clear()
         self.writer.write(m.ready_for_query(self.router.txn))
         await self.writer.drain()
 

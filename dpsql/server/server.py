@@ -20,17 +20,18 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import AddressInUse, ConfigurationError
+from dpsql.jobs import JOBS
 from dpsql.passwords import login_secret
+from dpsql.sandbox import SANDBOXES
 from dpsql.server import procedure
 from dpsql.server.admin import AdminChannel
 from dpsql.server.catalog import CatalogSource
 from dpsql.server.connection import Connection
+from dpsql.server.host import Peer, ServerConfig
 from dpsql.server.logins import GuessGate, LoginBackoff, LoginSlots
 from dpsql.server.router import StatementHandler
 from dpsql.services import open_store
@@ -41,32 +42,6 @@ if TYPE_CHECKING:
     from dpsql.console.app import Console
 
 log = logging.getLogger("dpsql.server")
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """How ``dpsql serve`` runs (see ``dpsql serve --help``)."""
-
-    db: Path
-    host: str = "127.0.0.1"
-    port: int = 5433
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    allow_plaintext: bool = False
-    max_clients: int = 200  # logged-in connections
-    max_pending_logins: int = 64  # connections still logging in (their own slots)
-    login_timeout: float = 10.0  # seconds from connecting to logged in
-    login_step_timeout: float = 1.0  # seconds for each message of the client's before that
-    statement_timeout: float = 300.0  # seconds; 0 means none
-    max_message: int = 1 << 20
-    workers: int = 8
-    failed_login_delay: float = 0.5
-    login_failures_free: int = 5  # per name (then it waits its turn), and per (name, address)
-    login_failures_free_per_host: int = 50  # per address: then its failures are answered later
-    login_guesses_per_second: float = 1.0  # proofs of a name checked, once its free ones are spent
-    console_port: int | None = None  # the admins' web console on 127.0.0.1 (None: off)
-    console_prefix: str | None = None  # its secret path prefix (None: a random one)
-    free_query_memory: int | None = None  # bytes a free or catalog query's sandbox may map
 
 
 def _default_handler(session: Session) -> StatementHandler:
@@ -89,7 +64,7 @@ class Server:
                                     ceiling=self.login_wait, hold_ceiling=self.login_wait)
         self.gate = GuessGate(per_name=config.login_failures_free,
                               name_rate=config.login_guesses_per_second)
-        self._waiting_turn: dict[int, Connection] = {}  # proofs waiting for their turn
+        self._waiting_turn: dict[int, Peer] = {}  # proofs waiting for their turn
         self.max_waiting_turn = config.max_pending_logins  # (out of the login slots)
         # A client sends its startup packet at once: one silent for a quarter of a step's
         # time is an idle socket, the first to make room for a newcomer.
@@ -101,7 +76,7 @@ class Server:
         self.tls_context = _tls_context(config)
         self.store: Store = open_store(config.db)
         self.secret = login_secret(self.store)  # the same at every start (mock salts)
-        sandboxes = self.store.services.sandboxes  # free and catalog queries run there
+        sandboxes = self.store[SANDBOXES]  # free and catalog queries run there
         if config.free_query_memory is not None:
             try:
                 sandboxes.configure(config.free_query_memory)
@@ -111,7 +86,7 @@ class Server:
         sandboxes.warm()
         self.admin = AdminChannel(config.db)
         self.catalog = CatalogSource(self.store)
-        self._connections: dict[int, Connection] = {}
+        self._connections: dict[int, Peer] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_pid = 1000 + secrets.randbelow(10_000)
         self._server: asyncio.AbstractServer | None = None
@@ -124,7 +99,7 @@ class Server:
         self._next_pid += 1
         return self._next_pid
 
-    def register(self, connection: Connection) -> bool:
+    def register(self, connection: Peer) -> bool:
         """Give a new connection a login slot, dropping another to make room if need be.
 
         False when every slot is the server's own work (see :class:`LoginSlots`).
@@ -144,7 +119,7 @@ class Server:
         """Proofs waiting for their turn now."""
         return len(self._waiting_turn)
 
-    def wait_turn(self, connection: Connection) -> bool:
+    def wait_turn(self, connection: Peer) -> bool:
         """Let a connection's proof wait for its turn, out of the login slots; False: turned away.
 
         When ``max_waiting_turn`` wait already, the address with the most of them
@@ -165,7 +140,7 @@ class Server:
         self._waiting_turn[connection.pid] = connection
         return True
 
-    def turn_done(self, connection: Connection) -> None:
+    def turn_done(self, connection: Peer) -> None:
         """A connection's proof no longer waits (its turn came, or it ended)."""
         self._waiting_turn.pop(connection.pid, None)
 
@@ -173,7 +148,7 @@ class Server:
         connection = self._connections.get(pid)
         return connection is not None and connection.heard()
 
-    def log_in(self, connection: Connection, user: str) -> bool:
+    def log_in(self, connection: Peer, user: str) -> bool:
         """Move an authenticated connection to a client slot; False when they are full."""
         clients = sum(1 for c in self._connections.values() if c.user is not None)
         if clients >= self.config.max_clients:
@@ -182,7 +157,7 @@ class Server:
         self.logins.release(connection.pid)
         return True
 
-    def unregister(self, connection: Connection) -> None:
+    def unregister(self, connection: Peer) -> None:
         """Forget a closed connection."""
         self._connections.pop(connection.pid, None)
         self.logins.release(connection.pid)
@@ -248,7 +223,7 @@ class Server:
             self._server.close()
         # A release may fit for many minutes: stop it (nothing written, the charge stays).
         await asyncio.get_running_loop().run_in_executor(
-            None, self.store.services.jobs.cancel_all, "server shutdown")
+            None, self.store[JOBS].cancel_all, "server shutdown")
         for connection in list(self._connections.values()):
             await connection.terminate("terminating connection due to administrator command")
         if self._tasks:

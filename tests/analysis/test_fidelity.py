@@ -96,8 +96,8 @@ def evaluated_store(make_store):
 
 def test_evaluate_release_scores_against_the_real_data(evaluated_store):
     with dpsql.connect(evaluated_store, "admin") as admin:
-        good = evaluate_release(admin, "good", seed=3)
-        indep = evaluate_release(admin, "indep", copy=2, seed=3)
+        good = evaluate_release(admin.context(), "good", seed=3)
+        indep = evaluate_release(admin.context(), "indep", copy=2, seed=3)
         audit = admin.audit(last=1)[0]
     assert (audit["action"], audit["outcome"]) == ("evaluate", "evaluated")
     assert good.synthetic.rows_true == 5000
@@ -114,18 +114,18 @@ def test_evaluate_release_scores_against_the_real_data(evaluated_store):
 
 def test_evaluate_is_for_admins_and_rows(evaluated_store):
     with dpsql.connect(evaluated_store, "alice") as alice, pytest.raises(AccessDenied):
-        evaluate_release(alice, "good")
+        evaluate_release(alice.context(), "good")
     with dpsql.connect(evaluated_store, "admin") as admin:
         admin.release("adult", synthesizer="range", epsilon=1, columns=["age"], name="ages")
         with pytest.raises(ReleaseError, match="dp_range_count"):
-            evaluate_release(admin, "ages")
+            evaluate_release(admin.context(), "ages")
         with pytest.raises(ReleaseError, match="copies 1 to 2"):
-            evaluate_release(admin, "indep", copy=3)
+            evaluate_release(admin.context(), "indep", copy=3)
 
 
 def test_report_writes_html_and_figures(evaluated_store, tmp_path):
     with dpsql.connect(evaluated_store, "admin") as admin:
-        evaluation = evaluate_release(admin, "good")
+        evaluation = evaluate_release(admin.context(), "good")
     paths = write_report(evaluation, tmp_path / "report")
     for key in ("scatter", "merit", "columns"):
         data = paths[key].read_bytes()
@@ -147,7 +147,7 @@ def test_a_failed_evaluation_is_audited_as_failed(evaluated_store, monkeypatch):
     monkeypatch.setattr(fidelity, "bootstrap_ideal", broken)
     with dpsql.connect(evaluated_store, "admin") as admin:
         with pytest.raises(MemoryError):
-            evaluate_release(admin, "good", seed=3)
+            evaluate_release(admin.context(), "good", seed=3)
         audit = admin.audit(last=1)[0]
     assert (audit["action"], audit["outcome"]) == ("evaluate", "failed")
     assert "MemoryError" in audit["reason"]

@@ -16,6 +16,7 @@ import pytest
 import dpsql
 from dpsql.errors import QueryRejected
 from dpsql.query import answer
+from dpsql.query.free import FREE
 from dpsql.services import open_store
 from dpsql.session import Session
 from tests.query.conftest import charges
@@ -37,7 +38,7 @@ def released(store_path: Path) -> Iterator[Session]:
 def free_rows(session: Session, sql: str) -> list[tuple[object, ...]]:
     """``sql`` run as written on the free database, in its sandbox (no validation at all)."""
     store = session.store
-    with store.services.free.using(store) as copy:
+    with store[FREE].using(store) as copy:
         table = copy.run(sql, user="alice")
     return list(zip(*(column.to_pylist() for column in table.columns), strict=True))
 
@@ -115,7 +116,7 @@ def test_free_queries_still_work_on_released_data(released: Session) -> None:
 def test_closing_the_store_removes_the_copy(store_path: Path) -> None:
     session = dpsql.connect(store_path, "alice")
     session.sql("SELECT 1 AS one")
-    folder = session.store.services.free._folder
+    folder = session.store[FREE]._folder
     assert any(folder.iterdir())
     session.close()
     assert not folder.exists()

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import dpsql
-from dpsql import provenance
 from dpsql.engines.interrupt import Interrupter
 from dpsql.engines.source import bounded_relation
 from dpsql.errors import AccessDenied, BudgetExceeded, QueryCanceled, ReleaseError
+from dpsql.policies import release_domain
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import silent
 from dpsql.release import ReleaseRequest
@@ -147,7 +147,7 @@ def test_a_job_releases_what_an_in_process_fit_gives(make_store, synthesizer):
                                  columns=["age", "sex", "income_50k"], copies=2, seed=11,
                                  name="w")
         store, record = session.store, result.record
-        spec = FitSpec(base.get(synthesizer), synthesizer, provenance.domain_of(store, record),
+        spec = FitSpec(base.get(synthesizer), synthesizer, release_domain(store, record),
                        PrivacyCost.zero("zcdp"), 11, None, 2)
         here = fit_and_sample(bounded_relation(store, session.policy.dataset("adult")), spec,
                               silent)

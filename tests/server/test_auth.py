@@ -4,14 +4,16 @@ import base64
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from dpsql import passwords
+from dpsql.credentials import CREDENTIALS
 from dpsql.errors import ConfigurationError
 from dpsql.server import logins
 from dpsql.services import open_store
-from dpsql.store import Store
+from dpsql.store import Store, StoreKey
 
 from .conftest import make_store
 
@@ -240,7 +242,7 @@ def test_login_verifier_does_the_same_work_for_every_name(tmp_path, monkeypatch)
 
         def trace(lookup, *args, cold=False):
             if cold:  # the credentials are read from the store once per change
-                store.services.credentials.forget()
+                store[CREDENTIALS].forget()
             calls: list[object] = []
             parsed.clear()
             lookup(Recording(store, calls), *args)
@@ -263,11 +265,23 @@ def test_login_verifier_does_the_same_work_for_every_name(tmp_path, monkeypatch)
 
 
 class Recording:
-    """A store that records what is asked of it, and of its services."""
+    """A store that records what is asked of it, and of its services (``store[KEY]``)."""
 
     def __init__(self, store: Store, calls: list[object]) -> None:
         self.store, self.calls = store, calls
-        self.services = RecordingServices(store, calls)
+
+    def __getitem__(self, key: StoreKey[Any]) -> object:
+        real, calls = self.store[key], self.calls
+
+        class Recorded:
+            def __getattr__(self, name: str) -> object:
+                method = getattr(real, name)
+
+                def call(*args: object) -> object:
+                    calls.append(f"{key.name}.{name}")
+                    return method(*args)
+                return call
+        return Recorded()
 
     def cursor(self) -> Recording:
         self.calls.append("cursor")
@@ -285,28 +299,6 @@ class Recording:
     def fetchall(self) -> object:
         self.calls.append("fetchall")
         return self.result.fetchall()
-
-
-
-class RecordingServices:
-    """A store's services that record each method called (``credentials.rows``, ...)."""
-
-    def __init__(self, store: Store, calls: list[object]) -> None:
-        self.store, self.calls = store, calls
-
-    def __getattr__(self, service: str) -> object:
-        real = getattr(self.store.services, service)
-        calls = self.calls
-
-        class Recorded:
-            def __getattr__(self, name: str) -> object:
-                method = getattr(real, name)
-
-                def call(*args: object) -> object:
-                    calls.append(f"{service}.{name}")
-                    return method(*args)
-                return call
-        return Recorded()
 
 
 def test_mock_verifiers_are_keyed_by_the_store_and_look_like_its_users(tmp_path):
