@@ -42,7 +42,7 @@ from dpsql.outcomes import Outcome
 from dpsql.progress import Progress, silent
 from dpsql.release import Charged, MoreRequest, ReleaseRequest, prepare
 from dpsql.release.write import Release
-from dpsql.store import Store, Tables, now
+from dpsql.store import Store, StoreKey, Tables, now
 from dpsql.worker import Worker, WorkerFailed
 
 COLUMNS = ("id", "user", "kind", "name", "dataset", "synthesizer", "state", "stage",
@@ -153,7 +153,7 @@ class _Job:
 
 
 class Jobs:
-    """The release jobs of one open store (a store service: ``store.services.jobs``)."""
+    """The release jobs of one open store (a store service: ``store[JOBS]``)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -189,6 +189,13 @@ class Jobs:
                 started.close()
             raise
         return job.id
+
+    def forecast(self, job_id: int) -> list[str]:
+        """The forecast's lines of a fresh release job of this process (none for more copies)."""
+        with self._changed:
+            job = self._jobs.get(job_id)
+        plan = job.charged.plan if job is not None else None
+        return plan.forecast.lines() if plan is not None else []
 
     def wait(self, job_id: int, progress: Progress | None = None,
              interrupts: Interrupter | None = None) -> Release:
@@ -371,6 +378,10 @@ class Jobs:
             worker, job.worker = job.worker, None
         if worker is not None:
             worker.close()
+
+
+#: Jobs of each open store: ``store[JOBS]``.
+JOBS: StoreKey[Jobs] = StoreKey("jobs")
 
 
 def _fraction(done: float, total: float | None) -> float | None:

@@ -17,6 +17,7 @@ from dpsql.engines.base import Links
 from dpsql.engines.interrupt import Interrupter
 from dpsql.errors import AccessDenied, ConfigurationError
 from dpsql.imports import IMPORT_LIMITS, import_table, table_columns
+from dpsql.jobs import JOBS
 from dpsql.ledger import Budget, Ledger
 from dpsql.outcomes import Outcome
 from dpsql.policies import active_policy, apply_policy, check_policy
@@ -205,14 +206,17 @@ class Session:
                 rho: Number | None = None, rows: int | None = None, copies: int = 1,
                 columns: Sequence[str] | None = None, seed: int | None = None,
                 replace: bool = False, progress: Progress | None = None,
-                options: Mapping[str, Any] | None = None, **synth_options: Any) -> Release:
+                options: Mapping[str, Any] | None = None, force: bool = False,
+                **synth_options: Any) -> Release:
         """Release a DP synthetic table ``released.<name>`` of ``dataset`` (admins only).
 
         Charges the ledger first, then fits and samples in a worker process and
         writes the table with its provenance in one transaction; Ctrl-C cancels it
         (the charge stays). Synthesizer options come as keywords or as ``options``
         (a mapping, e.g. the CLI's ``--option k=v``), not both; one named like a
-        release parameter is refused. See :mod:`dpsql.jobs`.
+        release parameter is refused. ``force`` releases even when the forecast says the
+        release cannot beat ``independent`` (it is refused before the charge otherwise).
+        See :mod:`dpsql.jobs`.
         """
         from dpsql.release import ReleaseRequest
 
@@ -221,7 +225,7 @@ class Session:
                                      "not both")
         job = self.submit(ReleaseRequest(dataset, synthesizer, name, epsilon, delta, rho, rows,
                                          copies, columns, seed, replace,
-                                         dict(options or synth_options)))
+                                         dict(options or synth_options), force))
         return self.jobs().wait(job, progress)
 
     def release_more(self, name: str, copies: int, *, seed: int | None = None,
@@ -247,7 +251,7 @@ class Session:
 
     def jobs(self) -> Jobs:
         """The store's release jobs (see :mod:`dpsql.jobs`)."""
-        return self.store.services.jobs
+        return self.store[JOBS]
 
     # -- lifecycle ----------------------------------------------------------------------
     def close(self) -> None:

@@ -8,26 +8,28 @@ cancels the job it waits for: nothing is written and the charge stays.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from dpsql.admin import operation
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.progress import Progress
+from dpsql.release import DryRun
 from dpsql.session import Session
 
 
 @dataclass(frozen=True)
 class Submitted:
-    """A release charged and queued as job ``job`` of ``user``."""
+    """A release charged and queued as job ``job`` of ``user``, with its forecast's lines."""
 
     job: int
     user: str
+    forecast: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able."""
-        return {"job": self.job}
+        return {"job": self.job, "forecast": self.forecast}
 
 
 @operation("release.submit")
@@ -35,13 +37,34 @@ def submit_release(session: Session, *, dataset: str, synthesizer: str, name: st
                    epsilon: Number | None = None, delta: Number | None = None,
                    rho: Number | None = None, rows: int | None = None, copies: int = 1,
                    columns: list[str] | None = None, seed: int | None = None,
-                   replace: bool = False, options: dict[str, str] | None = None) -> Submitted:
-    """Charge a release of ``dataset`` as ``released.<name>`` and queue it (admins only)."""
+                   replace: bool = False, options: dict[str, str] | None = None,
+                   force: bool = False) -> Submitted:
+    """Charge a release of ``dataset`` as ``released.<name>`` and queue it (admins only).
+
+    A release whose forecast says it cannot beat ``independent`` is refused
+    before the charge unless ``force``.
+    """
     from dpsql.release import ReleaseRequest
 
     request = ReleaseRequest(dataset, synthesizer, name, epsilon, delta, rho, rows, copies,
-                             columns, seed, replace, dict(options or {}))
-    return Submitted(session.submit(request), session.user)
+                             columns, seed, replace, dict(options or {}), force)
+    job = session.submit(request)
+    return Submitted(job, session.user, session.jobs().forecast(job))
+
+
+@operation("release.plan")
+def plan_release(session: Session, *, dataset: str, synthesizer: str, name: str,
+                 epsilon: Number | None = None, delta: Number | None = None,
+                 rho: Number | None = None, rows: int | None = None, copies: int = 1,
+                 columns: list[str] | None = None, seed: int | None = None,
+                 replace: bool = False, options: dict[str, str] | None = None,
+                 force: bool = False) -> DryRun:
+    """What the release would do, and its forecast, with nothing charged (``--dry-run``)."""
+    from dpsql.release import ReleaseRequest, dry_run
+
+    request = ReleaseRequest(dataset, synthesizer, name, epsilon, delta, rho, rows, copies,
+                             columns, seed, replace, dict(options or {}), force)
+    return dry_run(session.context(), request)
 
 
 @operation("release.more")

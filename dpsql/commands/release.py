@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
@@ -67,13 +67,19 @@ def _columns(value: str | None) -> list[str] | None:
                    "superseded).")
 @click.option("--detach", is_flag=True,
               help="Print the job id once charged and return (dpsql jobs shows its progress).")
+@click.option("--dry-run", is_flag=True,
+              help="Run every check made before the charge and print the cost and the "
+                   "forecast (the noise each measurement will carry); charge nothing.")
+@click.option("--force", is_flag=True,
+              help="Release even when the forecast says it cannot beat independent.")
 @db_option
 @as_option
 @json_option
 def release_cmd(door: Door, dataset: str, synthesizer: str, name: str, epsilon: str | None,
                 delta: str | None, rho: str | None, rows: int | None, copies: int,
                 columns: str | None, seed: int | None, options: tuple[str, ...], replace: bool,
-                detach: bool, db: str, actor: str | None, as_json: bool) -> None:
+                detach: bool, dry_run: bool, force: bool, db: str, actor: str | None,
+                as_json: bool) -> None:
     """Release a DP synthetic table of DATASET as released.T (administrators only).
 
     The budget is charged before anything private is computed and is never
@@ -81,19 +87,37 @@ def release_cmd(door: Door, dataset: str, synthesizer: str, name: str, epsilon: 
     cancel); nothing is written unless the whole release succeeds. The fit runs
     in a worker process. Analysts then read released.T with any SQL, for free.
 
+    Before the charge each release prints its forecast: the noise its
+    measurements will carry, from public facts only. One that cannot beat the
+    independent synthesizer is refused unless --force; --dry-run shows it all
+    and charges nothing. A fit that fails its diagnostics is kept unpublished
+    (dpsql releases show T says why; dpsql releases publish T overrides).
+
     \b
     Examples:
       dpsql release adult --synth independent --epsilon 1 --name adult_ind
       dpsql release adult --synth joint --epsilon 1 --columns age,sex,income_50k \\
           --name adult_joint --copies 5
       dpsql release adult --synth range --epsilon 0.5 --columns age --name age_ranges
+      dpsql release adult --synth mst --epsilon 1 --name adult_mst --dry-run
     """  # noqa: D301 (click needs a real \b)
-    from dpsql.admin.releases import submit_release
+    from dpsql.admin.releases import plan_release, submit_release
 
-    submitted = door.call(submit_release, dataset=dataset, synthesizer=synthesizer, name=name,
-                          epsilon=epsilon, delta=delta, rho=rho, rows=rows, copies=copies,
-                          columns=_columns(columns), seed=seed, replace=replace,
-                          options=_options(options))
+    arguments: dict[str, Any] = {"dataset": dataset, "synthesizer": synthesizer, "name": name,
+                                 "epsilon": epsilon, "delta": delta, "rho": rho, "rows": rows,
+                                 "copies": copies, "columns": _columns(columns), "seed": seed,
+                                 "replace": replace, "options": _options(options),
+                                 "force": force}
+    if dry_run:
+        plan = door.call(plan_release, **arguments)
+        if as_json:
+            door.json(plan.as_dict())
+        else:
+            door.show(text.dry_run_text(plan))
+        return
+    submitted = door.call(submit_release, **arguments)
+    if not as_json:
+        door.show(text.forecast_text(submitted.forecast))
     if detach:
         if as_json:
             door.json(submitted.as_dict())

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         Releases,
         Synthesizers,
     )
+    from dpsql.release import DryRun
 
 
 def cost_text(cost: dict[str, Any]) -> str:
@@ -48,6 +49,28 @@ def released_text(result: Released) -> Text:
                      f"{record['dataset']['name']}")
     lines += [f"  also {verb} {product}" for product in record.get("products", [])]
     return Text(lines, [render.warning(w) for w in result.warnings])
+
+
+def forecast_text(lines: list[str]) -> Text:
+    """A release's forecast (public arithmetic), as notes beside its progress."""
+    return Text([], [f"forecast: {line}" for line in lines])
+
+
+def dry_run_text(plan: DryRun) -> Text:
+    """What ``dpsql release --dry-run`` found: the checks passed, the cost, the forecast."""
+    verdict = f"would be refused: {plan.refused}" if plan.refused else \
+        "every check before the charge passed; nothing was charged"
+    shape = "" if plan.rows is None else f", {plan.rows:,} rows"
+    copies = f" x {plan.copies} copies" if plan.copies > 1 else ""
+    lines = [f"dry run: release {plan.dataset} by {plan.synthesizer} as {plan.name}",
+             f"  {verdict}",
+             f"  would charge {plan.cost}" if plan.dp else
+             "  not DP: would charge nothing and be labelled privacy: empirical",
+             f"  columns ({len(plan.columns)}, {plan.cells:,} cells jointly): "
+             f"{', '.join(plan.columns)}{shape}{copies}",
+             "  forecast:"]
+    lines += [f"    {line}" for line in plan.forecast.lines()]
+    return Text(lines, [render.warning(w) for w in plan.warnings])
 
 
 def submitted_text(job: int) -> Text:

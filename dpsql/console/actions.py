@@ -13,6 +13,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import click
 
@@ -39,7 +40,8 @@ def action(path: str, form: Mapping[str, str]) -> Action | None:
         return _grant(form.get("user", ""), form.get("dataset", ""), form.get("epsilon", ""))
     if path == "/release":
         return _release(form.get("dataset", ""), form.get("synthesizer", ""),
-                        form.get("epsilon", ""), form.get("name", ""))
+                        form.get("epsilon", ""), form.get("name", ""),
+                        dry_run=form.get("dry_run") == "1", force=form.get("force") == "on")
     match = _CANCEL.match(path)
     if match:
         return _cancel(int(match.group(1)))
@@ -56,16 +58,29 @@ def _grant(user: str, dataset: str, epsilon: str) -> Action:
     return Action("budgets", ("budget", "grant", "--epsilon", epsilon, "--", user, dataset), run)
 
 
-def _release(dataset: str, synthesizer: str, epsilon: str, name: str) -> Action:
+def _release(dataset: str, synthesizer: str, epsilon: str, name: str, *, dry_run: bool,
+             force: bool) -> Action:
+    arguments: dict[str, Any] = {"dataset": dataset, "synthesizer": synthesizer, "name": name,
+                                 "epsilon": epsilon, "force": force}
+    flags = ("--force",) * force
+
+    def plan(session: Session) -> Text:
+        from dpsql.admin.releases import plan_release
+        from dpsql.commands.release_text import dry_run_text
+
+        return dry_run_text(plan_release(session, **arguments))
+
     def run(session: Session) -> Text:
         from dpsql.admin.releases import submit_release
-        from dpsql.commands.release_text import submitted_text
+        from dpsql.commands.release_text import forecast_text, submitted_text
 
-        return submitted_text(submit_release(session, dataset=dataset, synthesizer=synthesizer,
-                                             name=name, epsilon=epsilon).job)
+        submitted = submit_release(session, **arguments)
+        return forecast_text(submitted.forecast) + submitted_text(submitted.job)
 
-    return Action("jobs", ("release", "--synth", synthesizer, "--epsilon", epsilon, "--name",
-                           name, "--detach", "--", dataset), run)
+    line = ("release", "--synth", synthesizer, "--epsilon", epsilon, "--name", name, *flags)
+    if dry_run:
+        return Action("releases", (*line, "--dry-run", "--", dataset), plan)
+    return Action("jobs", (*line, "--detach", "--", dataset), run)
 
 
 def _cancel(job: int) -> Action:

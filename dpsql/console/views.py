@@ -109,6 +109,9 @@ def releases(session: Session, csrf: str) -> str:
             + pages.select("synthesizer", [s for s in allowed if why[s] is None])
             + '<label>epsilon <input name="epsilon" size="6"></label>'
             '<label>name <input name="name" size="16"></label>'
+            '<label><input type="checkbox" name="force"> force (past a forecast that says '
+            "it cannot beat independent)</label>"
+            '<button name="dry_run" value="1">Dry run (charges nothing)</button>'
             "<button>Release</button></fieldset></form>"
             + "".join(f"<p>{escape(s)} cannot run here: {escape(w)}</p>"
                       for s, w in why.items() if w is not None))
@@ -143,7 +146,7 @@ def report(session: Session, name: str) -> str:
     from dpsql.analysis.fidelity import evaluate_release
     from dpsql.analysis.report import write_report
 
-    evaluation = evaluate_release(session, name, seed=0)
+    evaluation = evaluate_release(session.context(), name, seed=0)
     with tempfile.TemporaryDirectory(prefix="dpsql-console-") as folder:
         return write_report(evaluation, folder)["html"].read_text()
 

@@ -46,7 +46,7 @@ from dpsql.errors import (
     ReleaseError,
 )
 from dpsql.outcomes import Outcome
-from dpsql.policies import dataset_columns
+from dpsql.policies import dataset_columns, release_domain
 from dpsql.policy import Dataset
 from dpsql.privacy import Number, PrivacyCost
 from dpsql.progress import Progress
@@ -60,6 +60,7 @@ from dpsql.release.fit import (
 from dpsql.release.write import Plan, Release, own_tables, release_tables, write_fresh, write_more
 from dpsql.store import Store, check_identifier, now
 from dpsql.synth import base as synth_base
+from dpsql.synth.forecast import Forecast, baseline
 
 if TYPE_CHECKING:
     from dpsql.context import Context
@@ -85,6 +86,7 @@ class ReleaseRequest:
     seed: int | None = None
     replace: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
+    force: bool = False  # release even when the forecast says it cannot beat independent
 
     kind: ClassVar[str] = "release"
 
@@ -142,6 +144,62 @@ class Charged:
             "refunded); set DPSQL_DEBUG=1 for details")
 
 
+@dataclass(frozen=True)
+class DryRun:
+    """What a release would do, checked and forecast, with nothing charged or computed."""
+
+    name: str
+    dataset: str
+    synthesizer: str
+    columns: list[str]
+    cells: int  # of the full joint domain of the columns
+    dp: bool
+    cost: str  # what it would charge, as the policy states budgets
+    rows: int | None
+    copies: int
+    forecast: Forecast
+    warnings: list[str]
+    refused: str  # why the release itself would be refused ("" when it would run)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able (``dpsql release --dry-run --json``)."""
+        return {"name": self.name, "dataset": self.dataset, "synthesizer": self.synthesizer,
+                "columns": self.columns, "cells": self.cells, "dp": self.dp,
+                "cost": self.cost, "rows": self.rows, "copies": self.copies,
+                "forecast": self.forecast.as_dict(), "warnings": self.warnings,
+                "refused": self.refused or None}
+
+
+def dry_run(ctx: Context, request: ReleaseRequest) -> DryRun:
+    """Every check a release makes before its charge, and its forecast; nothing is charged.
+
+    Admins only. A check that fails raises as the release would (nothing is
+    audited: a dry run reads nothing private); a forecast that would refuse it
+    is reported in ``refused``.
+    """
+    ctx.require_admin("plan a release")
+    r = request
+    opts = dict(r.options)
+    statement = _statement(r.dataset, r.synthesizer, r.name, r.epsilon, r.delta, r.rho, r.rows,
+                           r.copies, r.columns, r.seed, opts)
+    plan = _plan(ctx, r.dataset, r.synthesizer, r.name, r.epsilon, r.delta, r.rho, r.rows,
+                 r.copies, r.columns, r.seed, r.replace, opts, statement)
+    refused = "" if r.force or not plan.forecast.worse else \
+        "the forecast says it cannot beat independent (below); --force releases it anyway"
+    return DryRun(plan.name, plan.dataset.name, plan.synth_name, list(plan.domain.names),
+                  plan.domain.size(), plan.dp, plan.cost.describe(ctx.policy.delta),
+                  plan.rows, plan.copies, plan.forecast, list(plan.warnings), refused)
+
+
+def _forecast_refusal(plan: Plan) -> str:
+    """Why the forecast refuses ``plan`` without ``--force`` ("" when it does not)."""
+    if not plan.forecast.worse:
+        return ""
+    return (f"the forecast says {plan.synth_name} cannot beat independent here: "
+            f"{plan.forecast.worse}. Nothing was charged; pass --force to release it anyway "
+            "(dpsql release --dry-run shows the whole forecast)")
+
+
 def prepare(ctx: Context, request: ReleaseRequest | MoreRequest,
             start: Start | None = None) -> Charged:
     """Check ``request`` from public information, then charge and audit it (admins only).
@@ -163,6 +221,9 @@ def prepare(ctx: Context, request: ReleaseRequest | MoreRequest,
         ctx.require_admin("release synthetic data")
         plan = _plan(ctx, r.dataset, r.synthesizer, r.name, r.epsilon, r.delta, r.rho, r.rows,
                      r.copies, r.columns, r.seed, r.replace, opts, statement)
+        refusal = "" if r.force else _forecast_refusal(plan)
+        if refusal:
+            raise ReleaseError(refusal)
         if start is not None:
             start(synthesize, (plan.fit_spec(),))
     except DPSQLError as err:
@@ -244,10 +305,30 @@ def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
     check = getattr(synth, "check", None)
     if callable(check):
         check(domain, cost)
+    forecast = _forecast(synth, synth_name, domain, cost, dp)
     chosen_seed = int(seed) if seed is not None else secrets.randbits(63)
     return Plan(ds, synth, synth_name, options, domain, cost, dp, rows, copies, name,
                  chosen_seed, "user" if seed is not None else "generated", previous, warnings,
-                 statement, types)
+                 statement, types, forecast)
+
+
+def _forecast(synth: Any, synth_name: str, domain: Domain, cost: PrivacyCost,
+              dp: bool) -> Forecast:
+    """The synthesizer's forecast (public arithmetic), or one that says it declares none.
+
+    A release that is not DP measures nothing with noise: there is nothing to forecast.
+    """
+    if not dp:
+        return Forecast(synth_name, (), domain.public_rows, None, dp=False)
+    method = getattr(synth, "forecast", None)
+    if callable(method):
+        found = method(domain, cost)
+        if not isinstance(found, Forecast):
+            raise ConfigurationError(f"synthesizer {synth_name!r} returned a forecast of type "
+                                     f"{type(found).__name__}, not a Forecast")
+        return found
+    return Forecast(synth_name, (), domain.public_rows, baseline(domain, cost),
+                    notes=(f"{synth_name} declares no forecast",))
 
 
 def _source_types(store: Store, ds: Dataset) -> dict[str, str]:
@@ -329,7 +410,7 @@ def _prepare_more(ctx: Context, request: MoreRequest, start: Start | None) -> Ch
     dataset = record["dataset"]["name"]
     first = int(record["copies"]) + 1
     numbers = list(range(first, first + request.copies))
-    args = (synth, state, provenance.domain_of(store, record), int(record["rows"]), numbers,
+    args = (synth, state, release_domain(store, record), int(record["rows"]), numbers,
             chosen)
     if start is not None:
         start(sample_more, args)

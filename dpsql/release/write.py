@@ -30,6 +30,7 @@ from dpsql.progress import Progress
 from dpsql.release.fit import COPY_COLUMN, FitSpec, Synthetic
 from dpsql.store import Store, check_identifier, now
 from dpsql.synth import base as synth_base
+from dpsql.synth.forecast import Forecast
 from dpsql.version import __version__
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class Plan:
     warnings: list[str]
     statement: str
     types: dict[str, str]  # the dataset table's column types, read before the charge
+    forecast: Forecast  # the noise its measurements will carry (public arithmetic)
 
     def fit_spec(self) -> FitSpec:
         """What the worker needs to fit and sample (no policy objects: those stay here)."""
@@ -162,6 +164,7 @@ def _record(ctx: Context, plan: Plan, audit_id: int, spent: PrivacyCost,
         "privacy": "dp" if plan.dp else "empirical",
         "accounting": policy.accounting,
         "cost": {"charged": plan.cost.as_dict(delta), "spent": spent.as_dict(delta)},
+        "forecast": plan.forecast.as_dict(),
         "measurements": description.get("measurements", []),
         **({"within_bin_shapes": description["within_bin_shapes"]}
            if "within_bin_shapes" in description else {}),

@@ -36,8 +36,8 @@ from dpsql.mechanisms.gaussian import GaussianMechanism
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.synth import pgm
+from dpsql.synth.forecast import Forecast, Planned, baseline, expected_l1, noise_sd
 from dpsql.synth.measure import MAX_CELLS, Measurement, count_marginals, measure_counts
-from dpsql.synth.spanning import grow, spanning_forest
 
 Clique = tuple[str, ...]
 BIAS = math.sqrt(2 / math.pi)  # E|N(0, sigma^2)| / sigma: the L1 error noise alone explains
@@ -92,7 +92,7 @@ def row_count(domain: Domain, inference: pgm.Inference) -> int:
 
 
 @dataclass
-class _Fit:
+class ModelFit:
     """One fit in progress: private counts, DP measurements and what they cost."""
 
     mbi: Any
@@ -106,7 +106,7 @@ class _Fit:
 
     @classmethod
     def count(cls, mbi: Any, source: duckdb.DuckDBPyRelation, domain: Domain,
-              cliques: Sequence[Clique], iters: int) -> _Fit:
+              cliques: Sequence[Clique], iters: int) -> ModelFit:
         """Exact counts of every clique a fit may measure or score, in one DuckDB pass."""
         unique = list(dict.fromkeys(cliques))
         return cls(mbi, domain, dict(zip(unique, count_marginals(source, domain, unique),
@@ -145,7 +145,7 @@ class _Fit:
 
 
 @dataclass
-class _SelectMeasureGenerate:
+class SelectMeasureGenerate:
     """Options and public checks AIM and MST share."""
 
     max_cells: int = 1_000_000
@@ -192,7 +192,7 @@ def workload_weights(domain: Domain, workload: Sequence[Clique]) -> dict[Clique,
 
 
 @dataclass
-class AIM(_SelectMeasureGenerate):
+class AIM(SelectMeasureGenerate):
     """Workload-aware adaptive selection of marginals, Gaussian measurements, Private-PGM.
 
     Options: ``workload`` (column sets the release should preserve, ``a+b,c+d``;
@@ -268,7 +268,7 @@ class AIM(_SelectMeasureGenerate):
         """
         self._check_budget("aim", domain, budget)
         measure_cost, select_cost = self._round_costs(domain, budget)
-        additive("zcdp", domain.max_rows, measure_cost)  # as _Fit.measure will sample it
+        additive("zcdp", domain.max_rows, measure_cost)  # as ModelFit.measure will sample it
         ExponentialMechanism.calibrate(domain.max_rows * self._heaviest(domain), select_cost)
 
     def _round_costs(self, domain: Domain, budget: PrivacyCost) -> list[PrivacyCost]:
@@ -279,6 +279,28 @@ class AIM(_SelectMeasureGenerate):
     def _heaviest(self, domain: Domain) -> int:
         """The largest workload weight: the scores' sensitivity is max_rows times it."""
         return max(self._candidates(domain).values())
+
+    def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
+        """The first rounds' noise: each column's 1-way marginal, then one marginal a round.
+
+        Later rounds may get more (AIM raises a round's share when the model stops
+        improving), never less.
+        """
+        rounds = self._rounds(domain)
+        measure_cost, _ = self._round_costs(domain, budget)
+        sd, mechanism = noise_sd(measure_cost, domain.max_rows)
+        columns = len(domain.names)
+        oneway = Planned("1-way marginal of each column", columns, max(domain.shape),
+                         mechanism, sd)
+        candidates = self._candidates(domain)
+        widest = max((domain.size(c) for c in candidates), default=max(domain.shape))
+        chosen = Planned("marginal chosen by the exponential mechanism, one a round",
+                         rounds - columns, widest, mechanism, sd)
+        errors = [expected_l1(sd, mechanism, n) for n in domain.shape]
+        return Forecast(self.name, (oneway, chosen), domain.public_rows,
+                        baseline(domain, budget), oneway=sum(errors) / columns,
+                        notes=(f"{rounds} rounds at most; the workload has {len(candidates)} "
+                               "candidate marginals within max_cells",))
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedPGM:
@@ -292,7 +314,7 @@ class AIM(_SelectMeasureGenerate):
         heaviest = self._heaviest(domain)
         log: list[dict[str, Any]] = []
         with pgm.float64() as mbi:
-            fit = _Fit.count(mbi, source, domain, oneway + list(candidates), self.iters)
+            fit = ModelFit.count(mbi, source, domain, oneway + list(candidates), self.iters)
             for clique in oneway:
                 fit.measure(clique, measure_cost)
             fit.refit(self.round_iters)
@@ -331,7 +353,7 @@ class AIM(_SelectMeasureGenerate):
             report("estimate", 1, 1)
         return fitted
 
-    def _select_round(self, fit: _Fit, candidates: dict[Clique, int],
+    def _select_round(self, fit: ModelFit, candidates: dict[Clique, int],
                       mechanism: ExponentialMechanism, sigma: float, pick_cost: PrivacyCost,
                       budget: float) -> list[tuple[Clique, int]]:
         """Up to ``per_round`` distinct marginals, each with its number of candidates.
@@ -358,7 +380,7 @@ class AIM(_SelectMeasureGenerate):
             picks.append((live[fit.select(mechanism, scores)], len(live)))
         return picks
 
-    def _live(self, fit: _Fit, candidates: dict[Clique, int], limit: float,
+    def _live(self, fit: ModelFit, candidates: dict[Clique, int], limit: float,
               chosen: Sequence[Clique] = ()) -> list[Clique]:
         """Candidates the model can take within ``limit`` cells (or already covers)."""
         cliques = [m.columns for m in fit.measured] + list(chosen)
@@ -372,104 +394,3 @@ class AIM(_SelectMeasureGenerate):
                 "select_share": self.select_share, "max_cells": self.max_cells,
                 "iters": self.iters, "round_iters": self.round_iters,
                 "per_round": self.per_round}
-
-
-# -- MST ------------------------------------------------------------------------------------------
-
-
-def spanning_edges(names: Sequence[str], pairs: Sequence[Clique]) -> int:
-    """Edges of a spanning forest of the graph ``pairs`` (public arithmetic)."""
-    return len(spanning_forest(names, [(a, b) for a, b in pairs]))
-
-
-@dataclass
-class MST(_SelectMeasureGenerate):
-    """A maximum spanning tree of 2-way marginals, chosen privately, then Private-PGM.
-
-    Options: ``oneway_share`` and ``select_share`` (budget shares of the 1-way
-    marginals and of the tree's selection, a third each; the 2-way marginals get
-    the rest), ``max_cells`` (pairs larger than max_cells / (columns - 1) are not
-    candidates, so the tree fits), ``iters`` (mirror-descent iterations).
-    Unlike the NIST-contest code, rare values are not merged before selection.
-
-    Privacy: zCDP. 1-way and 2-way marginals are discrete Gaussians on counts (L2
-    sensitivity max_rows); each of the columns - 1 tree edges is an exponential
-    mechanism over the pairs joining two components, scored by the integer L1
-    error of the 1-way model on the pair (sensitivity max_rows), (epsilon^2 / 8)-zCDP.
-    Parts are named shares of the budget and sum to it (less rounding, never more).
-    McKenna, Miklau & Sheldon, JPC 2021.
-    """
-
-    name: ClassVar[str] = "mst"
-    is_dp: ClassVar[bool] = True
-    oneway_share: float = 1 / 3
-    select_share: float = 1 / 3
-
-    def __post_init__(self) -> None:
-        self._check_options()
-        if min(self.oneway_share, self.select_share) <= 0 or \
-                self.oneway_share + self.select_share >= 1:
-            raise ConfigurationError("oneway_share and select_share must be positive with a "
-                                     "sum below 1 (the 2-way marginals get the rest)")
-
-    def _pairs(self, domain: Domain) -> list[Clique]:
-        limit = self.max_cells // max(1, len(domain.names) - 1)
-        return [p for p in itertools.combinations(domain.names, 2) if domain.size(p) <= limit]
-
-    def check(self, domain: Domain, budget: PrivacyCost) -> None:
-        """Refuse what fit would refuse, before the release charges the budget."""
-        self._check_budget("mst", domain, budget)
-        edges = spanning_edges(domain.names, self._pairs(domain))
-        oneway_budget = self._parts(budget)[0] if edges else budget
-        additive("zcdp", domain.max_rows, oneway_budget.split([1] * len(domain.names))[0])
-        if edges:
-            _, select_budget, pair_budget = self._parts(budget)
-            ExponentialMechanism.calibrate(domain.max_rows, select_budget.split([1] * edges)[0])
-            additive("zcdp", domain.max_rows, pair_budget.split([1] * edges)[0])
-
-    def _parts(self, budget: PrivacyCost) -> list[PrivacyCost]:
-        """The budget of the 1-way marginals, of the selection and of the 2-way marginals."""
-        return budget.split([self.oneway_share, self.select_share,
-                             1 - self.oneway_share - self.select_share])
-
-    def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
-            rng: np.random.Generator, progress: Progress | None = None) -> FittedPGM:
-        """Measure the 1-ways, choose a tree of pairs, measure them, fit the model."""
-        report = progress or silent
-        self.check(domain, budget)
-        oneway = [(c,) for c in domain.names]
-        pairs = self._pairs(domain)
-        edges = spanning_edges(domain.names, pairs)
-        if edges:
-            oneway_budget, select_budget, pair_budget = self._parts(budget)
-        else:  # one column, or no pair fits: the 1-ways get everything
-            oneway_budget = budget
-        log: list[dict[str, Any]] = []
-        with pgm.float64() as mbi:
-            fit = _Fit.count(mbi, source, domain, oneway + pairs, self.iters)
-            for clique, cost in zip(oneway, oneway_budget.split([1] * len(oneway)), strict=True):
-                fit.measure(clique, cost)
-            report("select", 0, edges)
-            if edges:
-                fit.refit(self.iters)
-                mechanism = ExponentialMechanism.calibrate(
-                    domain.max_rows, select_budget.split([1] * edges)[0])
-                errors = {p: fit.error(p) for p in pairs}
-
-                def choose(live: list[tuple[str, str]]) -> tuple[str, str]:
-                    pick = live[fit.select(mechanism, [errors[p] for p in live])]
-                    log.append({"pair": list(pick), "candidates": len(live),
-                                "epsilon": float(mechanism.epsilon)})
-                    report("select", len(log), edges)
-                    return pick
-
-                chosen = grow(domain.names, [(a, b) for a, b in pairs], choose, rounds=edges)
-                for pair, cost in zip(chosen, pair_budget.split([1] * edges), strict=True):
-                    fit.measure(pair, cost)
-            report("estimate", 0, 1)
-            fitted = fit.fitted({"oneway_share": self.oneway_share,
-                                 "select_share": self.select_share,
-                                 "max_cells": self.max_cells, "iters": self.iters},
-                                {"tree": log})
-            report("estimate", 1, 1)
-        return fitted

@@ -71,8 +71,9 @@ class Synthesizer(Protocol):
     Options are the constructor's keyword parameters and never take a name of
     :data:`RELEASE_PARAMETERS`. Optional members the release reads:
     ``output`` (``"rows"`` or ``"representation"``), ``product_suffixes``,
-    ``privacy_lowering_options``, ``version``, ``check(domain, budget)`` and
-    ``restore(state, domain)`` (see docs/releases.md).
+    ``privacy_lowering_options``, ``version``, ``check(domain, budget)``,
+    ``forecast(domain, budget)`` (a :class:`~dpsql.synth.forecast.Forecast`, from
+    public facts only) and ``restore(state, domain)`` (see docs/releases.md).
     """
 
     name: str

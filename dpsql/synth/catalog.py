@@ -30,6 +30,7 @@ RELEASE_PARAMETERS: dict[str, str] = {
     "epsilon": "--epsilon", "delta": "--delta", "rho": "--rho", "rows": "--rows",
     "copies": "--copies", "columns": "--columns", "seed": "--seed", "replace": "--replace",
     "progress": "progress= (Python only)", "options": "one --option per synthesizer option",
+    "force": "--force",
 }
 
 #: Options no synthesizer may take: a caller could then set them.
@@ -202,7 +203,7 @@ BUILTIN: tuple[Declaration, ...] = (
                  "rounds": "int | None", "select_share": "float", "round_iters": "int",
                  "per_round": "int"}),
     Declaration(
-        "mst", "dpsql.synth.aim:MST", True,
+        "mst", "dpsql.synth.mst:MST", True,
         "A maximum spanning tree of 2-way marginals, chosen privately, then Private-PGM.",
         extra="synth", options={**_PGM, "oneway_share": "float", "select_share": "float"}),
 )

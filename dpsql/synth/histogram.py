@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any, ClassVar
 
 import duckdb
@@ -27,10 +26,17 @@ import pyarrow as pa
 
 from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
-from dpsql.mechanisms.additive import additive
 from dpsql.mechanisms.laplace import LaplaceMechanism
-from dpsql.privacy import Number, PrivacyCost, to_fraction
+from dpsql.privacy import PrivacyCost, to_fraction
 from dpsql.progress import Progress, silent
+from dpsql.synth.forecast import (
+    Forecast,
+    Planned,
+    baseline,
+    histogram_shares,
+    noise_sd,
+    oneway_plan,
+)
 from dpsql.synth.measure import MAX_CELLS, Measurement, measure_marginals
 
 POSTPROCESS = ("clip", "project")
@@ -161,26 +167,6 @@ def restore_histogram(state: dict[str, Any], domain: Domain) -> FittedHistogram:
 # -- fitting ----------------------------------------------------------------------------------
 
 
-def _shares(k: int, count_share: Fraction, with_count: bool) -> list[Number]:
-    shares: list[Number] = []
-    if not with_count:
-        shares += [Fraction(1, k)] * k
-    else:
-        shares += [(1 - count_share) / k] * k + [count_share]
-    return shares
-
-
-def _noise_sd(cost: PrivacyCost, sensitivity: int) -> tuple[float, str]:
-    """Per-cell noise sd and mechanism a marginal gets from ``cost`` (public arithmetic).
-
-    The calibration :func:`dpsql.synth.measure.measure_counts` will sample with.
-    """
-    mechanism = additive(cost.kind, sensitivity, cost)
-    if mechanism.name == LaplaceMechanism.name:
-        return math.sqrt(2) * mechanism.noise_scale, mechanism.name
-    return mechanism.noise_scale, mechanism.name
-
-
 def fit_histogram(method: str, marginals: Sequence[tuple[str, ...]],
                   source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
                   count_share: float, postprocess: str, progress: Progress | None,
@@ -197,7 +183,7 @@ def fit_histogram(method: str, marginals: Sequence[tuple[str, ...]],
     sets: list[tuple[str, ...]] = [tuple(m) for m in marginals] + ([()] if with_count else [])
     report("measure", 0, 1)
     measured = measure_marginals(source, domain, sets, budget,
-                                 _shares(len(marginals), share, with_count))
+                                 histogram_shares(len(marginals), share, with_count))
     report("measure", 1, 1)
     spent = measured[0].cost
     for m in measured[1:]:
@@ -283,6 +269,11 @@ class Independent(_HistogramOptions):
     def __post_init__(self) -> None:
         self._check_options()
 
+    def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
+        """Its 1-way marginals' noise: the yardstick of every other forecast."""
+        planned, error = oneway_plan(domain, budget, self.count_share)
+        return Forecast(self.name, (planned,), domain.public_rows, error, error)
+
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedHistogram:
         """Measure every column's 1-way marginal (and the row count) within ``budget``."""
@@ -339,14 +330,23 @@ class Joint(_HistogramOptions):
         if reference is None or budget.infinite:
             return
         share = to_fraction(self.count_share, "count_share")
-        part = budget.split(_shares(1, share, domain.public_rows is None and share > 0))[0]
-        sd, mechanism = _noise_sd(part, domain.max_rows)
+        part = budget.split(histogram_shares(1, share, domain.public_rows is None and share > 0))[0]
+        sd, mechanism = noise_sd(part, domain.max_rows)
         mass = expected_phantom_mass(sd, mechanism, cells)
         if mass > self.max_noise_ratio * reference:
             raise ReleaseError(
                 f"at this budget the joint table's noise (sd {sd:.3g} per cell over {cells:,} "
                 f"cells) would add about {mass:,.0f} phantom rows to {reference:,} rows; "
                 f"{advice}")
+
+    def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
+        """One marginal over every chosen column; its noise spreads over all its cells."""
+        share = to_fraction(self.count_share, "count_share")
+        part = budget.split(histogram_shares(1, share, domain.public_rows is None and share > 0))[0]
+        sd, mechanism = noise_sd(part, domain.max_rows)
+        planned = Planned(f"joint marginal of {len(domain.names)} columns", 1, domain.size(),
+                          mechanism, sd)
+        return Forecast(self.name, (planned,), domain.public_rows, baseline(domain, budget))
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedHistogram:

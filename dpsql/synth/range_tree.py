@@ -25,6 +25,7 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
+from dpsql.synth.forecast import Forecast, Planned, baseline, noise_sd
 from dpsql.synth.histogram import probabilities
 from dpsql.synth.measure import count_marginals, measure_counts
 
@@ -299,6 +300,20 @@ class RangeTree:
         if leaves > MAX_LEAVES:
             raise ReleaseError(f"the padded tree would have {leaves:,} leaves; use coarser bins "
                                "in the policy or a smaller branching")
+
+    def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
+        """Every level of the tree, each a partition of the rows with an equal share."""
+        bins = _bins(domain)
+        b = self._branching(domain, budget.kind)
+        height = tree_height(bins, b)
+        levels = height + 1
+        sd, mechanism = noise_sd(budget.split([1] * levels)[0], domain.max_rows)
+        leaves = math.prod(bins)
+        planned = Planned("level of the range tree", levels, leaves, mechanism, sd)
+        notes = (f"a range query sums a few nodes per level ({levels} levels, branching {b}); "
+                 "the consistent tree then answers any range",)
+        return Forecast(self.name, (planned,), domain.public_rows, baseline(domain, budget),
+                        notes=notes)
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedRangeTree:

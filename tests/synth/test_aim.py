@@ -18,8 +18,9 @@ from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.policies import active_policy
 from dpsql.privacy import PrivacyCost
 from dpsql.synth import pgm
-from dpsql.synth.aim import AIM, MST
+from dpsql.synth.aim import AIM
 from dpsql.synth.measure import Measurement, count_marginals
+from dpsql.synth.mst import MST
 
 from ..conftest import policy_text
 from ..napsu_mq.conftest import build as build_binned_adult

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -19,9 +19,7 @@ from dpsql.synth.modp import postprocess
 from dpsql.synth.modp.blocks import Blocks
 from dpsql.synth.modp.instantiate import instantiate
 from dpsql.synth.modp.model import MultiBladeModel
-
-if TYPE_CHECKING:
-    from dpsql.synth.modp.synthesizer import Modp
+from dpsql.synth.modp.options import ModpOptions
 
 RETRY_SAME_SOURCE = 10  # structural zeros: redraws from the same true row before another
 MAX_ROUNDS = 500  # cheap: each round redraws only the rows still failing
@@ -79,7 +77,7 @@ class Refinements:
 class FittedModp:
     """A trained MODP model; ``sample`` draws rows, ``describe`` reports how it was made."""
 
-    options: Modp
+    options: ModpOptions
     blocks: Blocks
     model: MultiBladeModel
     generator: torch.Generator
@@ -91,6 +89,7 @@ class FittedModp:
     seeds: DPSeeds | None = None  # dp only
     dpsgd: dict[str, Any] = field(default_factory=dict)
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    checks: list[dict[str, Any]] = field(default_factory=list)  # dp only: what a failure is
     timings: dict[str, float] = field(default_factory=dict)  # for benchmarks, never released
 
     @property
@@ -191,4 +190,4 @@ class FittedModp:
                                "rows": self.seeds.rows, **seeds.get("parameters", {})}
         parameters["dpsgd"] = self.dpsgd
         return {"parameters": parameters, "measurements": seeds.get("measurements", []),
-                "diagnostics": {"seeds": seeds.get("diagnostics", {})}}
+                "diagnostics": {"seeds": seeds.get("diagnostics", {}), "checks": self.checks}}

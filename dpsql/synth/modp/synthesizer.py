@@ -20,8 +20,9 @@ and DP-SGD the rest (see :mod:`dpsql.synth.modp.dpsgd` and
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -31,99 +32,32 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
+from dpsql.synth.forecast import Forecast, Planned, baseline, oneway_plan
 from dpsql.synth.modp import device as devices
 from dpsql.synth.modp import diagnostics, postprocess
 from dpsql.synth.modp.blocks import Blocks
+from dpsql.synth.modp.checks import seed_marginals_kept
 from dpsql.synth.modp.fitted import DPSeeds, FittedModp, Refinements
 from dpsql.synth.modp.instantiate import instantiate
 from dpsql.synth.modp.model import MultiBladeModel
+from dpsql.synth.modp.options import ModpOptions
 from dpsql.synth.modp.train import Schedule, train_empirical
 
-MODES = ("empirical", "dp")
 MAX_WEIGHTS = 50_000_000  # blade weights (blades x categories^2) a fit may allocate
-
-
-class _FollowsMode:
-    """``is_dp`` of a configured instance: True exactly when ``mode=dp``.
-
-    Read on the class (no mode chosen yet) it is False, so a caller that checks
-    before configuring treats MODP as not DP.
-    """
-
-    def __get__(self, instance: Modp | None, owner: type | None = None) -> bool:
-        return instance is not None and instance.mode == "dp"
-
-    def __set__(self, instance: Modp, value: bool) -> None:
-        raise ConfigurationError("modp's is_dp follows its mode; set mode=dp or "
-                                 "mode=empirical instead")
+#: The forecast's verdict (:meth:`Modp.forecast`): DP-SGD steps whose noise is at least this
+#: many times the largest possible mean gradient, with seed marginals at least SEEDS_WORSE
+#: times independent's error. Matched on ACS Texas (acs10, epsilon 1), where modp lost to
+#: independent at a step noise ratio above 1 and seeds 3.2x worse.
+NOISE_DOMINATED = 1.0
+SEEDS_WORSE = 2.0
 
 
 @dataclass
-class Modp:
+class Modp(ModpOptions):
     """Minus-one data prediction (Press 2024): not DP as published; DP with mode=dp.
 
-    Fields are the options (``--option k=v``); the defaults follow the paper's
-    best model (5 blades, 15 reduced features). ``is_dp`` depends on ``mode``:
-    the release refuses ``empirical`` unless the policy allows non-DP releases.
+    The options are :class:`~dpsql.synth.modp.options.ModpOptions`' fields.
     """
-
-    name = "modp"  # not a field: a class attribute every instance reads
-    is_dp = _FollowsMode()
-    privacy_lowering_options: ClassVar[tuple[str, ...]] = ("passthrough",)
-
-    mode: str = "empirical"
-    blades: int = 5
-    reduced_features: int = 15
-    device: str = "auto"
-    lr: float | None = None  # Adam step size; default 0.01 (empirical) / 0.003 (dp)
-    # empirical training
-    epochs: int = 40
-    warmup_epochs: int = 3
-    batch_size: int = 1024
-    patience: int = 3
-    # empirical refinements (paper sec. 4.2-4.4)
-    structural_zeros: bool = False
-    passthrough: float = 0.0
-    two_instance: float = 0.0  # fraction of rows that take a second draw (paper sec. 4.4)
-    diagnostic_rows: int = 1000
-    # dp
-    steps: int = 100
-    clip: float = 1.0
-    sampling_rate: float = 1.0
-    seed_share: float = 0.1
-    passes: int = 5
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigurationError(f"modp mode must be one of {', '.join(MODES)}, "
-                                     f"got {self.mode!r}")
-        for name in ("blades", "reduced_features", "epochs", "batch_size", "patience", "steps",
-                     "passes"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"modp option {name} must be at least 1")
-        if self.warmup_epochs < 0 or self.diagnostic_rows < 0:
-            raise ConfigurationError("modp options warmup_epochs and diagnostic_rows must be "
-                                     ">= 0")
-        if not 0 <= self.passthrough < 1:
-            raise ConfigurationError("modp option passthrough is a probability in [0, 1)")
-        if not 0 <= self.two_instance < 1:
-            raise ConfigurationError("modp option two_instance is a fraction of rows in [0, 1)")
-        if not 0 < self.sampling_rate <= 1:
-            raise ConfigurationError("modp option sampling_rate must be in (0, 1]; 1 is full "
-                                     "batch")
-        if not 0 < self.seed_share < 1:
-            raise ConfigurationError("modp option seed_share must be in (0, 1)")
-        if self.clip <= 0 or (self.lr is not None and self.lr <= 0):
-            raise ConfigurationError("modp options clip and lr must be positive")
-        if self.mode == "dp":
-            used = [n for n in ("structural_zeros", "passthrough", "two_instance")
-                    if getattr(self, n)]
-            if used:
-                raise ConfigurationError(
-                    f"modp option {', '.join(used)} reads the true rows after training and is "
-                    "not DP; use it with mode=empirical")
-        devices.resolve(self.device)
-
 
     def check(self, domain: Domain, budget: PrivacyCost) -> None:
         """Public checks before any budget is charged: accounting and model size."""
@@ -136,6 +70,52 @@ class Modp:
                 f"{len(domain)} columns with {width} categories in all make {self.blades} "
                 f"blades of {width}x{width} weights, too many; choose fewer or coarser columns "
                 "(bins in the policy) or fewer blades")
+
+    def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
+        """DP mode: the seed marginals' noise and DP-SGD's, and whether they can beat independent.
+
+        The seeds are ``independent`` at ``seed_share`` of the budget. DP-SGD adds
+        noise of sd ``multiplier * clip`` to each of ``d`` coordinates of a step's
+        summed gradient, against at most ``clip`` per row: a mean gradient over
+        ``batch`` rows carries noise of norm about ``multiplier * sqrt(d) / batch``
+        times the largest possible signal. When that exceeds 1 and the seeds' 1-way
+        marginals carry twice the error of independent's, nothing can make up for
+        them (:data:`NOISE_DOMINATED`): the forecast says it cannot beat independent.
+        """
+        if self.mode != "dp":
+            return Forecast(self.name, (), domain.public_rows, None, dp=False,
+                            notes=("empirical mode: trained on the real rows as published "
+                                   "(Press 2024); no noise, so no forecast",))
+        seed_budget, train_budget = budget.split([self.seed_share, 1 - self.seed_share])
+        seeds, seeds_error = oneway_plan(domain, seed_budget,
+                                         what="1-way marginal of each column (the seeds)")
+        yardstick = baseline(domain, budget)
+        model = MultiBladeModel(Blocks.from_domain(domain), self.blades, self.reduced_features)
+        dimension = model.parameter_count()
+        multiplier = 0.0 if train_budget.infinite else \
+            math.sqrt(self.steps / (2 * float(train_budget.value)))
+        planned = (seeds, Planned(f"DP-SGD, {self.steps} steps", 1, dimension, "DP-SGD",
+                                  multiplier))
+        notes, worse = [], ""
+        rows = domain.public_rows
+        if rows is None:
+            notes.append("declare the row count (public_row_count) to forecast whether "
+                         "DP-SGD's signal rises above its noise")
+        else:
+            batch = max(self.sampling_rate * rows, 1.0)
+            ratio = multiplier * math.sqrt(dimension) / batch
+            notes.append(f"each DP-SGD step's noise is {ratio:.2g}x the largest possible mean "
+                         f"gradient of {batch:,.0f} rows (noise multiplier {multiplier:.3g} "
+                         f"over {dimension:,} coordinates)")
+            if ratio >= NOISE_DOMINATED and seeds_error >= SEEDS_WORSE * yardstick:
+                worse = (f"its 1-way marginals come from seeds measured with "
+                         f"{self.seed_share:.0%} of the budget ({seeds_error / yardstick:.2g}x "
+                         f"independent's error), and DP-SGD's steps are mostly noise "
+                         f"({ratio:.2g}x the signal), so the model cannot make up for them; "
+                         "raise epsilon, declare fewer or coarser columns, or use "
+                         "independent, mst or aim")
+        return Forecast(self.name, planned, rows, yardstick, oneway=seeds_error,
+                        notes=tuple(notes), worse=worse)
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedModp:
@@ -231,9 +211,13 @@ class Modp:
         if not budget.infinite and spent > budget:
             raise ConfigurationError("internal error: MODP spent more than its budget; this "
                                      "is a bug in dpsql")
-        return FittedModp(options=self, blocks=blocks, model=model, generator=gen,
-                          spent=spent, rows=seeds.rows, seeds=seeds, dpsgd=record,
-                          timings=timings)
+        fitted = FittedModp(options=self, blocks=blocks, model=model, generator=gen,
+                            spent=spent, rows=seeds.rows, seeds=seeds, dpsgd=record,
+                            timings=timings)
+        progress("modp: checks", 0, 1)
+        fitted.checks = [seed_marginals_kept(fitted, max(self.diagnostic_rows, 1000), rng)]
+        progress("modp: checks", 1, 1)
+        return fitted
 
     def options(self) -> dict[str, Any]:
         """The options as a JSON-able dict."""

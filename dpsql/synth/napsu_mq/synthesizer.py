@@ -31,6 +31,7 @@ from dpsql.policy import did_you_mean
 from dpsql.privacy import PrivacyCost
 from dpsql.progress import Progress, silent
 from dpsql.synth.base import SynthesizerWarning
+from dpsql.synth.forecast import Forecast, Planned, baseline, expected_l1, noise_sd
 from dpsql.synth.measure import measure_marginals
 from dpsql.synth.napsu_mq import checks as fit_checks
 from dpsql.synth.napsu_mq import estimate as cost_estimate
@@ -173,6 +174,38 @@ class NapsuMQ:
             base, extra, limits, nuts=self.inference == "nuts", chains=self.chains,
             iterations=iterations, jumps=self.jumps, keep=self.keep_draws,
             workers=self.workers)
+
+    def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
+        """The marginals it measures, the largest model it may build and its fit time.
+
+        With ``select=mst`` the pairs are a tree: as many as the columns less one, at most.
+        """
+        required = self._required(domain)
+        columns = len(domain.names)
+        found = self.estimate(domain)
+        planned = []
+        oneway: float | None = None
+        if self.select == "mst":
+            half = self.select_share / 2
+            oneway_part, _, measure_part = budget.split([half, half, 1 - 2 * half])
+            sd, mechanism = noise_sd(oneway_part.split([1] * columns)[0], domain.max_rows)
+            planned.append(Planned("1-way marginal of each column (for the selection)", columns,
+                                   max(domain.shape), mechanism, sd))
+            oneway = sum(expected_l1(sd, mechanism, n) for n in domain.shape) / columns
+            cliques = len(required) + columns - 1
+        else:
+            covered = {c for clique in required for c in clique}
+            cliques = len(required) + sum(1 for c in domain.names if c not in covered)
+            measure_part = budget
+        sd, mechanism = noise_sd(measure_part.split([1] * max(cliques, 1))[0], domain.max_rows)
+        widest = max([domain.size(c) for c in required] + list(domain.shape))
+        planned.append(Planned("marginal of the model (its cliques)", cliques, widest,
+                               mechanism, sd))
+        notes = (f"the model: at most {found.parameters:,} parameters, "
+                 f"{found.memory_mb:,.0f} MB, about {found.minutes:,.1f} minutes of "
+                 f"{self.inference} on this machine",)
+        return Forecast(self.name, tuple(planned), domain.public_rows, baseline(domain, budget),
+                        oneway=oneway, notes=notes)
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedNapsuMQ:

@@ -16,6 +16,7 @@ Method: Microsoft, Synthetic Data Showcase, "DP aggregates and synthesis".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,7 +29,8 @@ from dpsql.domain import Domain
 from dpsql.errors import ConfigurationError, ReleaseError
 from dpsql.privacy import PrivacyCost, to_fraction
 from dpsql.progress import Progress
-from dpsql.synth.sds.aggregates import Aggregates, Level, Settings, aggregate
+from dpsql.synth.forecast import Forecast, Planned, baseline, expected_l1, noise_sd
+from dpsql.synth.sds.aggregates import Aggregates, Level, Settings, aggregate, split_budget
 from dpsql.synth.sds.synthesis import Options, Synthesizer
 from dpsql.synth.sds.tuples import EMPTY, Items, TupleSpace, TupleTable
 
@@ -166,6 +168,37 @@ class SDS:
             raise ConfigurationError(
                 f"reporting_length {self.reporting_length} exceeds the {len(domain)} columns "
                 "being synthesized; choose at most that many")
+
+    def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
+        """The k-tuple counts' noise, from the tuples a record may keep.
+
+        The fit's sensitivity for length k is ``max_rows * sqrt(s_k)``, where
+        ``s_k``, the k-tuples a record keeps, is a DP percentile chosen in the fit:
+        every record has one 1-tuple per column (``s_1`` is the number of columns
+        unless the percentile drops some), and at most ``C(columns, k)`` k-tuples.
+        """
+        settings = Settings(self.reporting_length, self.percentile,
+                            to_fraction(self.percentile_epsilon_proportion),
+                            to_fraction(self.number_of_records_epsilon_proportion),
+                            self.sigmas, self.threshold_type, (), self.prune_uncovered)
+        _, _, counts = split_budget(budget, settings, domain.public_rows is None)
+        columns = len(domain.names)
+        planned, notes = [], []
+        oneway = None
+        for k, part in enumerate(counts, start=1):
+            unit, mechanism = noise_sd(part, domain.max_rows)  # for one tuple per record
+            if k == 1:
+                sd = unit * math.sqrt(columns)
+                planned.append(Planned("1-tuple counts (every column's values)", 1,
+                                       sum(domain.shape), mechanism, sd))
+                oneway = sum(expected_l1(sd, mechanism, n) for n in domain.shape) / columns
+            else:
+                most = unit * math.sqrt(math.comb(columns, k))
+                notes.append(f"{k}-tuple counts: {mechanism} noise sd {unit:.3g} to "
+                             f"{most:.3g} per tuple (the square root of the {k}-tuples a "
+                             "record keeps, a DP percentile chosen in the fit)")
+        return Forecast(self.name, tuple(planned), domain.public_rows, baseline(domain, budget),
+                        oneway=oneway, notes=tuple(notes))
 
     def fit(self, source: duckdb.DuckDBPyRelation, domain: Domain, budget: PrivacyCost,
             rng: np.random.Generator, progress: Progress | None = None) -> FittedSDS:

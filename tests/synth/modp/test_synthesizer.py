@@ -195,7 +195,10 @@ def test_dp_cost_is_the_accountants_and_fits_the_budget(
     assert fitted.spent.value > budget.value * Fraction(999_999, 1_000_000)  # nothing wasted
     assert seeds <= PrivacyCost.zcdp("0.01")  # the declared 20% share
     assert described["parameters"]["mode"] == "dp"
-    assert set(described["diagnostics"]) == {"seeds"}  # the histogram's DP diagnostics only
+    # The histogram's DP diagnostics, and the check of the drawn rows (post-processing).
+    assert set(described["diagnostics"]) == {"seeds", "checks"}
+    assert [c["check"] for c in described["diagnostics"]["checks"]] == [
+        "sample keeps the seed marginals"]
     assert abs(fitted.rows - 5000) < 200  # a DP estimate, not the true count
     codes = _codes(fitted.sample(400, np.random.default_rng(1)), domain)
     assert np.all((codes >= 0) & (codes < np.array(domain.shape)))
