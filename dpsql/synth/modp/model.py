@@ -131,6 +131,20 @@ class MultiBladeModel(nn.Module):
         return free + sum(p.numel() for n, p in self.named_parameters() if n != "weight")
 
 
+def parameter_count(blocks: Blocks, blades: int, reduced_features: int) -> int:
+    """:meth:`MultiBladeModel.parameter_count` by arithmetic, without building the model.
+
+    The DP-SGD forecast counts the coordinates it will noise before any charge; a
+    model near the size limit would allocate hundreds of MB just to be counted.
+    """
+    width = blocks.width
+    free = (width * width - sum(size * size for size in blocks.sizes)) * blades
+    count = free + blades * width  # the masked weights and the biases
+    if blades > 1:  # fc1 (width x r) and its bias, fc2 (r -> blades) and its bias
+        count += width * reduced_features + reduced_features + reduced_features * blades + blades
+    return count
+
+
 def _sum_of_others(parts: torch.Tensor) -> torch.Tensor:
     """For each ``J`` along dim 1, the sum of all parts but ``J``.
 

@@ -39,7 +39,7 @@ from dpsql.synth.modp.blocks import Blocks
 from dpsql.synth.modp.checks import seed_marginals_kept
 from dpsql.synth.modp.fitted import DPSeeds, FittedModp, Refinements
 from dpsql.synth.modp.instantiate import instantiate
-from dpsql.synth.modp.model import MultiBladeModel
+from dpsql.synth.modp.model import MultiBladeModel, parameter_count
 from dpsql.synth.modp.options import ModpOptions
 from dpsql.synth.modp.train import Schedule, train_empirical
 
@@ -90,8 +90,8 @@ class Modp(ModpOptions):
         seeds, seeds_error = oneway_plan(domain, seed_budget,
                                          what="1-way marginal of each column (the seeds)")
         yardstick = baseline(domain, budget)
-        model = MultiBladeModel(Blocks.from_domain(domain), self.blades, self.reduced_features)
-        dimension = model.parameter_count()
+        dimension = parameter_count(Blocks.from_domain(domain), self.blades,
+                                    self.reduced_features)
         multiplier = 0.0 if train_budget.infinite else \
             math.sqrt(self.steps / (2 * float(train_budget.value)))
         planned = (seeds, Planned(f"DP-SGD, {self.steps} steps", 1, dimension, "DP-SGD",

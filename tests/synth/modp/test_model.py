@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dpsql.synth.modp.blocks import Blocks
-from dpsql.synth.modp.model import MultiBladeModel
+from dpsql.synth.modp.model import MultiBladeModel, parameter_count
 from dpsql.synth.modp.train import Schedule, train_empirical
 
 from .conftest import random_index
@@ -103,3 +103,14 @@ def test_parameter_count_excludes_masked_weights(blocks: Blocks) -> None:
     free = width * width - sum(s * s for s in blocks.sizes)
     assert model.parameter_count() == 2 * free + 2 * width + width * reduced + reduced \
         + reduced * 2 + 2
+
+
+@pytest.mark.parametrize(("blades", "reduced"), [(1, 15), (2, 4), (5, 15)])
+def test_the_forecast_counts_the_parameters_without_building_the_model(
+        blocks: Blocks, blades: int, reduced: int) -> None:
+    built = MultiBladeModel(blocks, blades, reduced, generator=torch.Generator().manual_seed(0))
+    assert parameter_count(blocks, blades, reduced) == built.parameter_count()
+    # ... which is what DP-SGD noises (its selectors: the masked weights, every other tensor).
+    from dpsql.synth.modp.dpsgd import NoisyGradient
+
+    assert NoisyGradient(built, clip=1.0, max_rows=1).dimension == built.parameter_count()
