@@ -7,6 +7,23 @@ from typing import Any
 
 from dpsql.cli import sigint
 
+COUNTED = None  # tqdm's own format: "{l_bar}{bar}| {n_fmt}/{total_fmt} [...]"
+FRACTION = "{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]"
+UNKNOWN = "{desc}: {elapsed}"
+
+
+def bar_format(total: float | None) -> str | None:
+    """How a stage of ``total`` units shows: counted units, a percentage, or only the time.
+
+    A stage measured in a fraction of one (AIM's share of the budget spent) reads as a
+    percentage, never as ``0.05624998111252193/1.0``.
+    """
+    if not total:
+        return UNKNOWN
+    if float(total).is_integer() and total > 1:
+        return COUNTED
+    return FRACTION
+
 
 class ProgressBar:
     """Renders :class:`dpsql.progress.Progress` callbacks as a tqdm bar per stage (stderr).
@@ -33,7 +50,7 @@ class ProgressBar:
             self.close()
             self._stage = stage
             self._bar = tqdm(total=total, desc=stage, leave=False, dynamic_ncols=True,
-                             file=sys.stderr, bar_format=None if total else "{desc}: {elapsed}")
+                             file=sys.stderr, bar_format=bar_format(total))
         bar = self._bar
         if total is not None and bar.total != total:
             bar.total = total
