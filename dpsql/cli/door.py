@@ -136,11 +136,21 @@ class Terminal(Door):
         return {name: str(folder / name) for name in files}
 
     def password(self, *, from_stdin: bool) -> str:
-        """The first line of standard input, or a password typed twice at a hidden prompt."""
-        if from_stdin:
+        """The first line of standard input, or a password typed twice at a hidden prompt.
+
+        Standard input that is not a terminal (``echo "$PW" | dpsql user add alice``)
+        is read as with ``--password-stdin``: its first line, and a second line, if
+        any, must repeat it (no hidden prompt, which would warn and then abort).
+        """
+        if from_stdin or not sys.stdin.isatty():
             line = sys.stdin.readline()
             if not line:
-                raise ConfigurationError("--password-stdin: no password on standard input")
+                raise ConfigurationError("no password on standard input; type it at a "
+                                         "terminal, or pipe it in (--password-stdin)")
+            again = sys.stdin.readline()
+            if not from_stdin and again and again.rstrip("\r\n") != line.rstrip("\r\n"):
+                raise ConfigurationError("the two passwords on standard input differ; "
+                                         "nothing was changed")
             return line.rstrip("\r\n")
         return str(click.prompt("password", hide_input=True, confirmation_prompt=True))
 

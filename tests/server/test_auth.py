@@ -359,12 +359,17 @@ def test_user_commands(tmp_path):
     unknown = _cli("user", "add", "mallory", "--password-stdin", "--db", db, stdin="whatever123\n")
     assert unknown.returncode == 8
     assert "no user 'mallory'" in unknown.stderr
-    prompted = _cli("user", "add", "erin", "--db", db, stdin="first-pass1\nother-pass1\n"
-                    "second-pass\nsecond-pass\n")
-    assert prompted.returncode == 0, prompted.stderr
-    assert "do not match" in prompted.stderr + prompted.stdout
+    # Piped without --password-stdin (issue 45: it warned, then aborted): a second line,
+    # if any, must repeat the first.
+    differ = _cli("user", "add", "erin", "--db", db, stdin="first-pass1\nother-pass1\n")
+    assert differ.returncode == 8
+    assert "the two passwords on standard input differ" in differ.stderr
+    for stdin in ("second-pass\nsecond-pass\n", "third-pass1\n"):
+        piped = _cli("user", "add", "erin", "--db", db, stdin=stdin)
+        assert piped.returncode == 0, piped.stderr
+        assert "Warning" not in piped.stderr
     with open_store(db) as store:
-        assert passwords.load_verifier(store, "erin").check("second-pass")
+        assert passwords.load_verifier(store, "erin").check("third-pass1")
     removed = _cli("user", "remove", "erin", "--db", db)
     assert removed.returncode == 0
     assert "removed" in removed.stdout
