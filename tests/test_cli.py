@@ -173,6 +173,29 @@ def test_audit_shows_a_refused_cost_as_asked_not_charged(tmp_path):
     assert "rho=" in lines[-1]
 
 
+def test_query_epsilon_sets_the_cost_of_each_statement(tmp_path):
+    """``dpsql query --epsilon`` (issue 45): checked as a number, never pasted into SQL."""
+    db = adult_store(tmp_path)
+    answered = run("query", "SELECT COUNT(*) FROM adult", "--user", "alice", "--epsilon",
+                   "0.25", "--json", db=db)
+    assert answered.returncode == 0, answered.stderr
+    assert json.loads(answered.stdout)["cost"]["epsilon"] == pytest.approx(0.25, rel=1e-3)
+    script = tmp_path / "two.sql"
+    script.write_text("SELECT COUNT(*) FROM adult;\nSELECT AVG(age) FROM adult;\n")
+    both = run("query", "-f", str(script), "--user", "alice", "--epsilon", "0.125", "--json",
+               db=db)
+    assert both.returncode == 0, both.stderr
+    assert [r["cost"]["epsilon"] for r in json.loads(both.stdout)] == \
+        pytest.approx([0.125, 0.125], rel=1e-3)
+    for bad in ("0.5; SET dpsql.epsilon = 5", "-1", "nan", "1e999"):
+        refused = run("query", "SELECT COUNT(*) FROM adult", "--user", "alice", "--epsilon",
+                      bad, db=db)
+        assert refused.returncode != 0, bad
+        assert "epsilon" in refused.stderr, refused.stderr
+    spent = run("budget", "show", "--user", "alice", "--json", db=db)
+    assert spent.returncode == 0, spent.stderr
+
+
 def test_policy_check_and_grant_warn_about_budgets_that_cannot_hold(tmp_path):
     db = adult_store(tmp_path)
     spend = run("query", "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.9) COUNT(*) "

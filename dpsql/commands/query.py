@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import IO, TYPE_CHECKING, Any
 
 import click
@@ -83,9 +84,12 @@ def output_format(fmt: str | None, as_json: bool) -> str:
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default=None,
               help="Output: an aligned table (default), CSV of the rows, or JSON with cost "
                    "and accuracy.")
+@click.option("--epsilon", type=str, default=None, metavar="X",
+              help="Privacy cost of each statement, as epsilon (SET dpsql.epsilon for this "
+                   "command; default: the policy's default_query).")
 @json_option
 def query_cmd(door: Door, sql: str | None, script: IO[str] | None, db: str, user: str,
-              fmt: str | None, as_json: bool) -> None:
+              fmt: str | None, epsilon: str | None, as_json: bool) -> None:
     """Answer SQL statements with differential privacy: SQL, or those of a file.
 
     \b
@@ -94,6 +98,7 @@ def query_cmd(door: Door, sql: str | None, script: IO[str] | None, db: str, user
       dpsql query "SELECT WITH DIFFERENTIAL_PRIVACY OPTIONS (epsilon = 0.5)
                    AVG(age) FROM adult WHERE hours_per_week > 40" --user alice
       dpsql query "EXPLAIN PRIVACY SELECT SUM(capital_gain) FROM adult" --user alice
+      dpsql query "SELECT AVG(age) FROM adult" --user alice --epsilon 0.5
       dpsql query "SHOW dpsql.budget" --user alice --json
       dpsql query -f report.sql --user alice --format csv > report.csv
 
@@ -108,6 +113,8 @@ def query_cmd(door: Door, sql: str | None, script: IO[str] | None, db: str, user
     fmt = output_format(fmt, as_json)
     if (sql is None) == (script is None):
         raise click.UsageError("give one SQL statement or -f FILE (not both)")
+    if epsilon is not None:
+        door.call(query, sql=f"SET dpsql.epsilon = {_epsilon_literal(epsilon)}")
     if script is not None:
         failed = run_script(door, script.read(), script.name, fmt)
         if failed:
@@ -119,6 +126,19 @@ def query_cmd(door: Door, sql: str | None, script: IO[str] | None, db: str, user
     if result.kind == "set" and fmt != "json" and not door.keeps_session:
         door.err("note: a SET lasts for this one command; use dpsql shell, -f FILE (or the "
                  "GoogleSQL OPTIONS clause) to keep it for the next queries")
+
+
+def _epsilon_literal(text: str) -> str:
+    """``--epsilon``'s value as a SQL number literal: checked first, never pasted as typed."""
+    from dpsql.privacy import check_epsilon, to_fraction
+
+    if not re.fullmatch(r"[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?|\.[0-9]+([eE][-+]?[0-9]+)?",
+                        text.strip()):
+        raise click.BadParameter(f"{text!r} is not a number", param_hint="--epsilon")
+    value = check_epsilon(to_fraction(text.strip(), "--epsilon"))
+    if value > 1e6:  # no policy grants more; and a float must hold it
+        raise click.BadParameter(f"{text} is larger than any budget", param_hint="--epsilon")
+    return format(float(value), ".17g")
 
 
 def run_script(door: Door, text: str, source: str, fmt: str) -> int:
