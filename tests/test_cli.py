@@ -93,6 +93,15 @@ def test_init_budget_grant_audit_round_trip(tmp_path):
     audit = json.loads(run("audit", "--last", "1", "--json", db=db).stdout)
     assert audit[0]["action"] == "grant"
 
+    # Under zCDP a grant says why the granted epsilon grew by less than it typed (issue 45).
+    said = run("budget", "grant", "bob", "adult", "--epsilon", "0.5", db=db)
+    assert said.returncode == 0, said.stderr
+    [note] = [line for line in said.stdout.splitlines() if line.startswith("note: the grant")]
+    before, added = re.search(r"not ([\d.]+) \+ ([\d.]+)", note).groups()
+    total = float(re.search(r"epsilon ([\d.]+) in all", note).group(1))
+    assert float(added) == pytest.approx(0.5, rel=1e-3)
+    assert float(before) < total < float(before) + float(added)  # concave: less than the sum
+
     table = run("budget", "show", "--user", "bob", db=db)
     assert "bob" in table.stdout
     assert "remaining" in table.stdout

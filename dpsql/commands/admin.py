@@ -285,12 +285,27 @@ def grant_text(granted: Granted) -> Text:
              f"{granted.dataset}", standing.describe()]
     if granted.accounting == "zcdp":
         lines.append(budget_note(granted.accounting))
+        lines += _zcdp_grant_arithmetic(granted)
     if granted.exceeds_total:
         mine = standing.granted.describe(delta, "nearest")
         total = standing.dataset_total.describe(delta, "nearest")
         lines.append(f"note: {granted.user}'s budget on {granted.dataset} ({mine}) now exceeds "
                      f"the dataset's total ({total}), which still caps what anyone spends")
     return Text(lines)
+
+
+def _zcdp_grant_arithmetic(granted: Granted) -> list[str]:
+    """Why a zCDP grant of epsilon e raised the granted epsilon by less (or more) than e."""
+    delta, after, added = granted.delta, granted.standing.granted, granted.added
+    if delta is None or after.infinite or added.infinite or added.is_zero:
+        return []
+    before = after - added
+    if before.is_zero:
+        return []
+    return [f"note: the grant added rho {float(added.value):.4g} to rho "
+            f"{float(before.value):.4g}; at delta {delta:g} that is epsilon "
+            f"{after.epsilon(delta):.4g} in all, not {before.epsilon(delta):.4g} + "
+            f"{added.epsilon(delta):.4g} (epsilons under zCDP do not add)"]
 
 
 @admin_command(cli, "audit")
