@@ -45,8 +45,11 @@ def test_grant_of_epsilon_under_zcdp_states_both_units_and_the_epsilon_total(tmp
     db = _store(tmp_path)
     granted = run("budget", "grant", "bob", "adult", "--epsilon", "0.5", db=db)
     assert granted.returncode == 0, granted.stderr
-    first, standing, note = granted.stdout.splitlines()
+    first, standing, note, arithmetic = granted.stdout.splitlines()
     assert first == f"granted {_both('0.006642', '0.5')} to bob on adult"
+    assert re.fullmatch(r"note: the grant added rho 0\.006642 to rho [\d.]+; at delta 1e-06 "
+                        r"that is epsilon 1\.601 in all, not 1\.5 \+ 0\.5 \(epsilons under "
+                        r"zCDP do not add\)", arithmetic), arithmetic
     # 1.5 and 0.5 make 1.601, not 2: the rhos add, and epsilon is concave in rho
     total = rho_from_epsilon_delta(1.5, 1e-6).value + rho_from_epsilon_delta(0.5, 1e-6).value
     assert round(_dp_accounting_epsilon(float(total), 1e-6), 3) == 1.601
