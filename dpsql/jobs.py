@@ -195,7 +195,7 @@ class Jobs:
         with self._changed:
             job = self._jobs.get(job_id)
         plan = job.charged.plan if job is not None else None
-        return plan.forecast.lines() if plan is not None else []
+        return list(plan.forecast_record["lines"]) if plan is not None else []
 
     def wait(self, job_id: int, progress: Progress | None = None,
              interrupts: Interrupter | None = None) -> Release:

@@ -186,6 +186,12 @@ def dry_run(ctx: Context, request: ReleaseRequest) -> DryRun:
                  r.copies, r.columns, r.seed, r.replace, opts, statement)
     refused = "" if r.force or not plan.forecast.worse else \
         "the forecast says it cannot beat independent (below); --force releases it anyway"
+    if plan.dp:
+        left = ctx.ledger.budget(ctx.user, plan.dataset.name).remaining
+        if not plan.cost <= left:
+            refused = (f"it costs {plan.cost.describe(ctx.policy.delta)}, more than the "
+                       f"{left.describe(ctx.policy.delta, 'down')} {ctx.user} has left on "
+                       f"{plan.dataset.name}" + (f"; and {refused}" if refused else ""))
     return DryRun(plan.name, plan.dataset.name, plan.synth_name, list(plan.domain.names),
                   plan.domain.size(), plan.dp, plan.cost.describe(ctx.policy.delta),
                   plan.rows, plan.copies, plan.forecast, list(plan.warnings), refused)
@@ -214,7 +220,7 @@ def prepare(ctx: Context, request: ReleaseRequest | MoreRequest,
     r = request
     opts = dict(r.options)
     statement = _statement(r.dataset, r.synthesizer, r.name, r.epsilon, r.delta, r.rho, r.rows,
-                           r.copies, r.columns, r.seed, opts)
+                           r.copies, r.columns, r.seed, opts) + (" --force" if r.force else "")
     ledger = ctx.ledger
     dataset_for_audit = r.dataset if r.dataset in ctx.policy.datasets else None
     try:
@@ -306,10 +312,12 @@ def _plan(ctx: Context, dataset_name: str, synth_name: str, name: str,
     if callable(check):
         check(domain, cost)
     forecast = _forecast(synth, synth_name, domain, cost, dp)
+    # Rendered now, before any charge: nothing after it may fail on the forecast.
+    recorded = provenance.jsonable(forecast.as_dict())
     chosen_seed = int(seed) if seed is not None else secrets.randbits(63)
     return Plan(ds, synth, synth_name, options, domain, cost, dp, rows, copies, name,
                  chosen_seed, "user" if seed is not None else "generated", previous, warnings,
-                 statement, types, forecast)
+                 statement, types, forecast, recorded)
 
 
 def _forecast(synth: Any, synth_name: str, domain: Domain, cost: PrivacyCost,
@@ -322,7 +330,14 @@ def _forecast(synth: Any, synth_name: str, domain: Domain, cost: PrivacyCost,
         return Forecast(synth_name, (), domain.public_rows, None, dp=False)
     method = getattr(synth, "forecast", None)
     if callable(method):
-        found = method(domain, cost)
+        try:
+            found = method(domain, cost)
+        except DPSQLError:
+            raise
+        except Exception as err:  # a plugin's bug: refused (and audited), never charged
+            raise ConfigurationError(f"synthesizer {synth_name!r} could not forecast its "
+                                     f"release ({type(err).__name__}: {err}); nothing was "
+                                     "charged") from err
         if not isinstance(found, Forecast):
             raise ConfigurationError(f"synthesizer {synth_name!r} returned a forecast of type "
                                      f"{type(found).__name__}, not a Forecast")

@@ -78,6 +78,7 @@ class Plan:
     statement: str
     types: dict[str, str]  # the dataset table's column types, read before the charge
     forecast: Forecast  # the noise its measurements will carry (public arithmetic)
+    forecast_record: dict[str, Any]  # the same, rendered as the provenance keeps it
 
     def fit_spec(self) -> FitSpec:
         """What the worker needs to fit and sample (no policy objects: those stay here)."""
@@ -164,7 +165,7 @@ def _record(ctx: Context, plan: Plan, audit_id: int, spent: PrivacyCost,
         "privacy": "dp" if plan.dp else "empirical",
         "accounting": policy.accounting,
         "cost": {"charged": plan.cost.as_dict(delta), "spent": spent.as_dict(delta)},
-        "forecast": plan.forecast.as_dict(),
+        "forecast": plan.forecast_record,
         "measurements": description.get("measurements", []),
         **({"within_bin_shapes": description["within_bin_shapes"]}
            if "within_bin_shapes" in description else {}),

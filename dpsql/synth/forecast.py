@@ -66,6 +66,7 @@ class Planned:
     cells: int
     mechanism: str
     sd: float
+    at_most: bool = False  # the fit may measure fewer, or with less noise
 
     @property
     def error(self) -> float | None:
@@ -77,7 +78,7 @@ class Planned:
     def as_dict(self) -> dict[str, Any]:
         """JSON-able."""
         return {"what": self.what, "count": self.count, "cells": self.cells,
-                "mechanism": self.mechanism, "sd": _round(self.sd),
+                "mechanism": self.mechanism, "sd": _round(self.sd), "at_most": self.at_most,
                 "expected_l1_rows": _round(self.error)}
 
 
@@ -108,11 +109,13 @@ class Forecast:
         out = []
         for p in self.planned:
             many, most = (f"{p.count} x ", "up to ") if p.count > 1 else ("", "")
+            many = f"at most {many}" if p.at_most and many else many
+            noise = "noise sd at most" if p.at_most else "noise sd"
             if p.error is None:
                 out.append(f"{many}{p.what}: noise multiplier {p.sd:.3g} over "
                            f"{p.cells:,} coordinates")
             else:
-                out.append(f"{many}{p.what}: {most}{p.cells:,} cells, {p.mechanism} noise sd "
+                out.append(f"{many}{p.what}: {most}{p.cells:,} cells, {p.mechanism} {noise} "
                            f"{p.sd:.3g} per cell, expected L1 error {most}"
                            f"{self._rows(p.error)}")
         if self.oneway is not None and self.synthesizer == "independent":

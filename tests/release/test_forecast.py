@@ -169,6 +169,9 @@ def test_a_release_that_cannot_beat_independent_is_refused_before_the_charge(tin
                                options={"mode": "dp", "steps": 5})
         assert forced.record["forecast"]["worse_than_independent"]
         assert admin.ledger.budget("admin", "t").remaining < before
+        forced_row = next(e for e in audit(admin, user="admin").entries
+                          if e.action == "release" and e.outcome != "refused")
+        assert forced_row.statement.endswith("--force")  # the audit says it was forced
         # independent itself is never refused by its own yardstick.
         admin.release("t", synthesizer="independent", name="i", epsilon=1)
 
@@ -240,3 +243,57 @@ def test_the_console_form_dry_runs_and_forces(store_path: Path) -> None:
         said = perform(admin, forced)
         assert "forecast: 13 x 1-way marginal" in said
         assert "charged and queued" in said
+
+
+def test_a_forecast_that_breaks_is_a_refusal_before_the_charge(admin: dpsql.Session,
+                                                               monkeypatch) -> None:
+    """A synthesizer's forecast is plugin code: its bug refuses the release, audited, free."""
+    from dpsql.errors import ConfigurationError
+    from dpsql.synth.histogram import Independent
+
+    monkeypatch.setattr(Independent, "forecast", lambda self, domain, budget: 1 / 0)
+    with pytest.raises(ConfigurationError, match=r"could not forecast.*ZeroDivisionError"):
+        admin.release("adult", synthesizer="independent", name="broken", epsilon=1)
+    assert admin.ledger.budget("admin", "adult").spent.is_zero
+    [last] = audit(admin, user="admin", last=1).entries
+    assert last.outcome == "refused"
+
+
+def test_the_dry_run_says_when_the_budget_left_is_short(admin: dpsql.Session) -> None:
+    left = admin.ledger.budget("admin", "adult").remaining
+    short = plan_release(admin, dataset="adult", synthesizer="independent", name="big",
+                         epsilon=9.5)
+    assert "more than the" in short.refused
+    assert cost_text(left) in short.refused
+    fits = plan_release(admin, dataset="adult", synthesizer="independent", name="small",
+                        epsilon=1)
+    assert fits.refused == ""
+
+
+def cost_text(cost: PrivacyCost) -> str:
+    return cost.describe(1e-6, "down")
+
+
+def test_dp_sgd_noise_grows_with_the_rows_a_unit_may_add(tiny: Path) -> None:
+    """The step noise is the multiplier times the sensitivity: max_rows rows' gradients."""
+    import dataclasses
+
+    with dpsql.connect(tiny, "admin") as admin:
+        dataset = active_policy(admin.store).dataset("t")
+        cost = admin.context().cost(epsilon=4)
+    domain = Domain.from_dataset(dataset, None)
+    modp = base.get("modp", mode="dp")
+
+    def ratio(d: Domain) -> float:
+        line = next(x for x in modp.forecast(d, cost).lines() if x.startswith("each DP-SGD"))
+        return float(line.split("noise is ")[1].split("x")[0])
+
+    assert ratio(dataclasses.replace(domain, max_rows=3)) == pytest.approx(
+        3 * ratio(domain), rel=0.02)
+
+
+def test_modp_refuses_a_diagnostic_draw_no_machine_holds() -> None:
+    from dpsql.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="diagnostic_rows must be at most"):
+        base.get("modp", mode="dp", diagnostic_rows=10**9)

@@ -9,6 +9,7 @@ from dpsql.errors import ConfigurationError
 from dpsql.synth.modp import device as devices
 
 MODES = ("empirical", "dp")
+MAX_DIAGNOSTIC_ROWS = 1_000_000
 
 
 class _FollowsMode:
@@ -72,6 +73,9 @@ class ModpOptions:
         if self.warmup_epochs < 0 or self.diagnostic_rows < 0:
             raise ConfigurationError("modp options warmup_epochs and diagnostic_rows must be "
                                      ">= 0")
+        if self.diagnostic_rows > MAX_DIAGNOSTIC_ROWS:  # DP mode draws them after the charge
+            raise ConfigurationError(f"modp option diagnostic_rows must be at most "
+                                     f"{MAX_DIAGNOSTIC_ROWS:,}")
         if not 0 <= self.passthrough < 1:
             raise ConfigurationError("modp option passthrough is a probability in [0, 1)")
         if not 0 <= self.two_instance < 1:

@@ -75,10 +75,11 @@ class Modp(ModpOptions):
         """DP mode: the seed marginals' noise and DP-SGD's, and whether they can beat independent.
 
         The seeds are ``independent`` at ``seed_share`` of the budget. DP-SGD adds
-        noise of sd ``multiplier * clip`` to each of ``d`` coordinates of a step's
-        summed gradient, against at most ``clip`` per row: a mean gradient over
-        ``batch`` rows carries noise of norm about ``multiplier * sqrt(d) / batch``
-        times the largest possible signal. When that exceeds 1 and the seeds' 1-way
+        noise of sd ``multiplier * max_rows * clip`` to each of ``d`` coordinates of a
+        step's summed gradient (its sensitivity: a privacy unit's ``max_rows`` rows),
+        against at most ``clip`` per row: a mean gradient over ``batch`` rows carries
+        noise of norm about ``multiplier * max_rows * sqrt(d) / batch`` times the
+        largest possible signal. When that exceeds 1 and the seeds' 1-way
         marginals carry twice the error of independent's, nothing can make up for
         them (:data:`NOISE_DOMINATED`): the forecast says it cannot beat independent.
         """
@@ -103,7 +104,7 @@ class Modp(ModpOptions):
                          "DP-SGD's signal rises above its noise")
         else:
             batch = max(self.sampling_rate * rows, 1.0)
-            ratio = multiplier * math.sqrt(dimension) / batch
+            ratio = multiplier * domain.max_rows * math.sqrt(dimension) / batch
             notes.append(f"each DP-SGD step's noise is {ratio:.2g}x the largest possible mean "
                          f"gradient of {batch:,.0f} rows (noise multiplier {multiplier:.3g} "
                          f"over {dimension:,} coordinates)")

@@ -199,8 +199,8 @@ class NapsuMQ:
             measure_part = budget
         sd, mechanism = noise_sd(measure_part.split([1] * max(cliques, 1))[0], domain.max_rows)
         widest = max([domain.size(c) for c in required] + list(domain.shape))
-        planned.append(Planned("marginal of the model (its cliques)", cliques, widest,
-                               mechanism, sd))
+        planned.append(Planned("marginal of the model (its cliques)", max(cliques, 1),
+                               widest, mechanism, sd, at_most=self.select == "mst"))
         notes = (f"the model: at most {found.parameters:,} parameters, "
                  f"{found.memory_mb:,.0f} MB, about {found.minutes:,.1f} minutes of "
                  f"{self.inference} on this machine",)

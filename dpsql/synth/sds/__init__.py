@@ -190,7 +190,7 @@ class SDS:
             if k == 1:
                 sd = unit * math.sqrt(columns)
                 planned.append(Planned("1-tuple counts (every column's values)", 1,
-                                       sum(domain.shape), mechanism, sd))
+                                       sum(domain.shape), mechanism, sd, at_most=True))
                 oneway = sum(expected_l1(sd, mechanism, n) for n in domain.shape) / columns
             else:
                 most = unit * math.sqrt(math.comb(columns, k))
