@@ -297,3 +297,17 @@ def test_modp_refuses_a_diagnostic_draw_no_machine_holds() -> None:
 
     with pytest.raises(ConfigurationError, match="diagnostic_rows must be at most"):
         base.get("modp", mode="dp", diagnostic_rows=10**9)
+
+
+def test_a_budget_too_small_for_dp_sgd_is_refused_before_the_charge(tiny: Path) -> None:
+    """It used to be charged, then fail in the worker (the sampler's largest sigma)."""
+    from dpsql.errors import ConfigurationError
+
+    with dpsql.connect(tiny, "admin") as admin:
+        before = admin.ledger.budget("admin", "t").remaining
+        with pytest.raises(ConfigurationError, match=r"too small|exceeds"):
+            admin.release("t", synthesizer="modp", name="m", rho="1e-15", force=True,
+                          options={"mode": "dp", "steps": 5})
+        assert admin.ledger.budget("admin", "t").remaining == before
+        [last] = audit(admin, user="admin", last=1).entries
+        assert last.outcome == "refused"

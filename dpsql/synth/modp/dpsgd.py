@@ -135,6 +135,20 @@ def grid_units(multiplier: float, rounding: int) -> int:
     return units
 
 
+def step_sensitivity(dimension: int, clip: float, max_rows: int, multiplier: float
+                     ) -> tuple[noise.FixedPoint, Fraction]:
+    """The fixed-point grid of a step's summed gradient and its L2 sensitivity in grid units.
+
+    A unit's ``max_rows`` clipped rows move the sum by at most ``max_rows * clip``;
+    rounding each of the ``dimension`` coordinates to the grid adds at most
+    ``ceil(sqrt(dimension))`` units. Public arithmetic: the release checks it before
+    the charge (:meth:`~dpsql.synth.modp.synthesizer.Modp.check`).
+    """
+    rounding = math.isqrt(dimension - 1) + 1  # ceil(sqrt(d))
+    grid = noise.FixedPoint.for_bound(max_rows * clip, grid_units(multiplier, rounding))
+    return grid, Fraction(max_rows) * Fraction(clip) / Fraction(grid.grid) + rounding
+
+
 class NoisyGradient:
     """Rounds clipped sums to the fixed-point grid and adds discrete Gaussian noise."""
 
@@ -146,11 +160,8 @@ class NoisyGradient:
             for name, p in model.named_parameters()
         ]
         self.dimension = int(sum(s.sum() for s in self.selectors))
-        rounding = math.isqrt(self.dimension - 1) + 1  # ceil(sqrt(d))
-        self.grid = noise.FixedPoint.for_bound(max_rows * clip,
-                                               grid_units(multiplier, rounding))
-        self.sensitivity = (Fraction(max_rows) * Fraction(clip) / Fraction(self.grid.grid)
-                            + rounding)
+        self.grid, self.sensitivity = step_sensitivity(self.dimension, clip, max_rows,
+                                                       multiplier)
 
     def privatize(self, sums: list[torch.Tensor], sigma2: Fraction | None) -> list[np.ndarray]:
         """The noisy sums (float64 arrays shaped like the parameters; masked entries 0).

@@ -70,6 +70,28 @@ class Modp(ModpOptions):
                 f"{len(domain)} columns with {width} categories in all make {self.blades} "
                 f"blades of {width}x{width} weights, too many; choose fewer or coarser columns "
                 "(bins in the policy) or fewer blades")
+        if self.mode == "dp" and not budget.infinite:
+            self._check_dp_sgd(domain, budget)
+
+    def _check_dp_sgd(self, domain: Domain, budget: PrivacyCost) -> None:
+        """Calibrate DP-SGD's noise as the fit will, on the least budget it may get.
+
+        A budget too small for the samplers is refused here, not in the worker after
+        the charge.
+        """
+        from dpsql import noise
+        from dpsql.synth.modp import accounting
+        from dpsql.synth.modp.dpsgd import step_sensitivity
+
+        train = budget.split([self.seed_share, 1 - self.seed_share])[1]  # the fit gets >= this
+        if train.is_zero:
+            raise ConfigurationError("no budget is left for DP-SGD; lower seed_share or raise "
+                                     "the release's epsilon")
+        dimension = parameter_count(Blocks.from_domain(domain), self.blades,
+                                    self.reduced_features)
+        multiplier = math.sqrt(self.steps / (2 * float(train.value)))
+        _, sensitivity = step_sensitivity(dimension, self.clip, domain.max_rows, multiplier)
+        accounting.calibrate(train, sensitivity, self.steps, noise.used_gaussian_sigma2)
 
     def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
         """DP mode: the seed marginals' noise and DP-SGD's, and whether they can beat independent.
