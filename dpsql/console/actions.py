@@ -19,6 +19,7 @@ import click
 
 from dpsql.admin import require_admin_call
 from dpsql.commands.door import Text
+from dpsql.errors import ConfigurationError
 from dpsql.outcomes import Outcome
 from dpsql.session import Session
 
@@ -44,7 +45,7 @@ def action(path: str, form: Mapping[str, str]) -> Action | None:
                         dry_run=form.get("dry_run") == "1", force=form.get("force") == "on")
     match = _CANCEL.match(path)
     if match:
-        return _cancel(int(match.group(1)))
+        return _cancel(int(match.group(1)), confirmed=form.get("confirm") == "on")
     return None
 
 
@@ -83,11 +84,14 @@ def _release(dataset: str, synthesizer: str, epsilon: str, name: str, *, dry_run
     return Action("jobs", (*line, "--detach", "--", dataset), run)
 
 
-def _cancel(job: int) -> Action:
+def _cancel(job: int, *, confirmed: bool) -> Action:
     def run(session: Session) -> Text:
         from dpsql.admin.jobs import cancel_job
         from dpsql.commands.jobs import cancel_text
 
+        if not confirmed:  # the form's checkbox is required; a hand-made post is refused too
+            raise ConfigurationError(f"job {job} was not cancelled: tick 'forfeit its charge' "
+                                     "to confirm (a cancelled release keeps its charge)")
         return cancel_text(cancel_job(session, job=job).job)
 
     return Action("jobs", ("jobs", "cancel", str(job)), run)

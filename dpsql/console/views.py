@@ -175,7 +175,9 @@ def jobs(session: Session, csrf: str) -> str:
         if not job["state"].live:
             return ""
         return (f'<form class="inline" method="post" action="jobs/{int(job["id"])}/cancel">'
-                f"{pages.hidden(csrf)}<button>Cancel</button></form>")
+                f"{pages.hidden(csrf)}"
+                '<label><input type="checkbox" name="confirm" required> forfeit its charge'
+                "</label><button>Cancel</button></form>")
 
     return pages.table(
         ([cancel(j), j["id"], j["state"], j["stage"] or "", j["kind"], j["name"], j["dataset"],

@@ -89,9 +89,15 @@ def test_form_values_stay_single_arguments(store_path: Path) -> None:
         with pytest.raises(DPSQLError):  # one user name, not a user and an option
             perform(session, chosen)
         assert "alice --as admin" not in str(session.budget())
-    cancel = action("/jobs/7/cancel", {})
+    cancel = action("/jobs/7/cancel", {"confirm": "on"})
     assert cancel is not None
     assert (cancel.line, cancel.back) == (("jobs", "cancel", "7"), "jobs")
+    # Cancelling forfeits a charge: unconfirmed (a hand-made post), nothing is cancelled.
+    unconfirmed = action("/jobs/7/cancel", {})
+    assert unconfirmed is not None
+    with dpsql.connect(store_path, "admin") as session, \
+            pytest.raises(DPSQLError, match="tick 'forfeit its charge'"):
+        perform(session, unconfirmed)
     assert action("/nowhere", {}) is None
 
 
