@@ -120,6 +120,16 @@ def clipped_gradient_sum(model: MultiBladeModel, index: torch.Tensor, clip: floa
     return sums, torch.cat(norms)
 
 
+def noise_multiplier(steps: int, budget: PrivacyCost) -> float:
+    """The noise per unit of sensitivity that ``steps`` Gaussian steps within ``budget`` need.
+
+    ``sqrt(steps / (2 rho))``: the start of the calibration (0 for no or unbounded budget).
+    """
+    if budget.infinite or budget.is_zero:
+        return 0.0
+    return math.sqrt(steps / (2 * float(budget.value)))
+
+
 def grid_units(multiplier: float, rounding: int) -> int:
     """Grid steps per sensitivity bound: ``GRID_UNITS`` unless the noise would not fit.
 
@@ -196,8 +206,7 @@ def train_dp(model: MultiBladeModel, index: torch.Tensor, config: DPSGDConfig,
     ``rows_estimate`` (a DP or public row count) scales the noisy sum into a mean
     gradient; it must not be the private count.
     """
-    multiplier = 0.0 if budget.infinite or budget.is_zero \
-        else math.sqrt(config.steps / (2 * float(budget.value)))
+    multiplier = noise_multiplier(config.steps, budget)
     noisy = NoisyGradient(model, config.clip, max_rows, multiplier)
     step_noise: accounting.StepNoise | None = None
     if budget.infinite:  # exactness checks: no noise, and an unbounded cost

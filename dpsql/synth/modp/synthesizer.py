@@ -83,15 +83,21 @@ class Modp(ModpOptions):
         from dpsql.synth.modp import accounting
         from dpsql.synth.modp.dpsgd import step_sensitivity
 
-        train = budget.split([self.seed_share, 1 - self.seed_share])[1]  # the fit gets >= this
+        train, dimension, multiplier = self._dp_sgd_plan(domain, budget)
         if train.is_zero:
             raise ConfigurationError("no budget is left for DP-SGD; lower seed_share or raise "
                                      "the release's epsilon")
-        dimension = parameter_count(Blocks.from_domain(domain), self.blades,
-                                    self.reduced_features)
-        multiplier = math.sqrt(self.steps / (2 * float(train.value)))
         _, sensitivity = step_sensitivity(dimension, self.clip, domain.max_rows, multiplier)
         accounting.calibrate(train, sensitivity, self.steps, noise.used_gaussian_sigma2)
+
+    def _dp_sgd_plan(self, domain: Domain, budget: PrivacyCost) -> tuple[PrivacyCost, int, float]:
+        """DP-SGD's least budget (the fit gets at least this), coordinates and noise multiplier."""
+        from dpsql.synth.modp.dpsgd import noise_multiplier
+
+        train = budget.split([self.seed_share, 1 - self.seed_share])[1]
+        dimension = parameter_count(Blocks.from_domain(domain), self.blades,
+                                    self.reduced_features)
+        return train, dimension, noise_multiplier(self.steps, train)
 
     def forecast(self, domain: Domain, budget: PrivacyCost) -> Forecast:
         """DP mode: the seed marginals' noise and DP-SGD's, and whether they can beat independent.
@@ -109,14 +115,11 @@ class Modp(ModpOptions):
             return Forecast(self.name, (), domain.public_rows, None, dp=False,
                             notes=("empirical mode: trained on the real rows as published "
                                    "(Press 2024); no noise, so no forecast",))
-        seed_budget, train_budget = budget.split([self.seed_share, 1 - self.seed_share])
+        seed_budget = budget.split([self.seed_share, 1 - self.seed_share])[0]
         seeds, seeds_error = oneway_plan(domain, seed_budget,
                                          what="1-way marginal of each column (the seeds)")
         yardstick = baseline(domain, budget)
-        dimension = parameter_count(Blocks.from_domain(domain), self.blades,
-                                    self.reduced_features)
-        multiplier = 0.0 if train_budget.infinite else \
-            math.sqrt(self.steps / (2 * float(train_budget.value)))
+        _, dimension, multiplier = self._dp_sgd_plan(domain, budget)
         planned = (seeds, Planned(f"DP-SGD, {self.steps} steps", 1, dimension, "DP-SGD",
                                   multiplier))
         notes, worse = [], ""
